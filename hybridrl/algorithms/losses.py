@@ -1,0 +1,308 @@
+"""PPO losses and per-token quantities (log-probs, entropy, KL estimates).
+
+All ``[B, T]`` tensors cover response tokens with ``response_mask`` (1 = real
+token, 0 = padding at the end of a row). Padded positions are selected out
+before any arithmetic whose gradient could see them, so garbage (even NaN) in
+padding never reaches the loss or its gradient.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from hybridrl.algorithms.utils import masked_mean, masked_sum
+
+__all__ = [
+    "LOSS_AGG_MODES",
+    "KL_PENALTIES",
+    "agg_loss",
+    "compute_policy_loss",
+    "compute_value_loss",
+    "entropy_from_logits",
+    "log_probs_from_logits",
+    "kl_penalty",
+]
+
+# Log-ratios beyond this are clamped before exp: exp(88) overflows float32 and
+# a single runaway token once turned the whole loss into NaN.
+_LOG_RATIO_CLAMP = 20.0
+
+
+# --------------------------------------------------------------------------- #
+# Loss aggregation
+# --------------------------------------------------------------------------- #
+
+
+def _token_mean(loss_mat: torch.Tensor, loss_mask: torch.Tensor, scale: float | None) -> torch.Tensor:
+    # Every valid token in the batch weighs the same.
+    return masked_mean(loss_mat, loss_mask)
+
+
+def _nonempty_rows(loss_mask: torch.Tensor) -> torch.Tensor:
+    return (loss_mask.sum(dim=-1) > 0).to(torch.float32)  # [B]
+
+
+def _seq_mean_token_sum(
+    loss_mat: torch.Tensor, loss_mask: torch.Tensor, scale: float | None
+) -> torch.Tensor:
+    # Each sequence contributes its summed token loss; mean over non-empty rows.
+    seq_losses = masked_sum(loss_mat, loss_mask, dim=-1)  # [B]
+    return masked_mean(seq_losses, _nonempty_rows(loss_mask))
+
+
+def _seq_mean_token_mean(
+    loss_mat: torch.Tensor, loss_mask: torch.Tensor, scale: float | None
+) -> torch.Tensor:
+    # Each sequence weighs the same regardless of its length.
+    seq_losses = masked_mean(loss_mat, loss_mask, dim=-1)  # [B]
+    return masked_mean(seq_losses, _nonempty_rows(loss_mask))
+
+
+def _seq_mean_token_sum_norm(
+    loss_mat: torch.Tensor, loss_mask: torch.Tensor, scale: float | None
+) -> torch.Tensor:
+    # Dr. GRPO: token sum divided by a constant (default: padded length T), so
+    # long responses are not down-weighted per token.
+    norm = float(loss_mask.shape[-1]) if scale is None else float(scale)
+    seq_losses = masked_sum(loss_mat, loss_mask, dim=-1) / norm  # [B]
+    return masked_mean(seq_losses, _nonempty_rows(loss_mask))
+
+
+LOSS_AGG_MODES: dict[str, Callable[[torch.Tensor, torch.Tensor, float | None], torch.Tensor]] = {
+    "token-mean": _token_mean,
+    "seq-mean-token-sum": _seq_mean_token_sum,
+    "seq-mean-token-mean": _seq_mean_token_mean,
+    "seq-mean-token-sum-norm": _seq_mean_token_sum_norm,
+}
+
+
+def agg_loss(
+    loss_mat: torch.Tensor,
+    loss_mask: torch.Tensor,
+    mode: str,
+    loss_scale_factor: float | None = None,
+) -> torch.Tensor:
+    """Reduce a per-token loss ``[B, T]`` to a scalar (verl ``loss_agg_mode`` semantics).
+
+    - ``token-mean``: sum over valid tokens / number of valid tokens.
+    - ``seq-mean-token-sum``: mean over non-empty rows of the row's token sum.
+    - ``seq-mean-token-mean``: mean over non-empty rows of the row's token mean.
+    - ``seq-mean-token-sum-norm``: mean over non-empty rows of (row token sum / T),
+      T = ``loss_mask.shape[-1]`` unless ``loss_scale_factor`` is given (pass a
+      fixed max response length so the scale does not vary with batch padding).
+    """
+    try:
+        fn = LOSS_AGG_MODES[mode]
+    except KeyError:
+        raise ValueError(
+            f"unknown loss_agg_mode {mode!r}; valid names: {sorted(LOSS_AGG_MODES)}"
+        ) from None
+    return fn(loss_mat, loss_mask, loss_scale_factor)
+
+
+# --------------------------------------------------------------------------- #
+# PPO policy / value losses
+# --------------------------------------------------------------------------- #
+
+
+def compute_policy_loss(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    clip_ratio_low: float = 0.2,
+    clip_ratio_high: float = 0.2,
+    clip_ratio_c: float | None = None,
+    loss_agg_mode: str = "token-mean",
+) -> dict[str, torch.Tensor]:
+    """PPO clipped surrogate (Schulman et al. 2017), optionally dual-clipped (Ye et al. 2020).
+
+    ratio = exp(clamp(log_prob - old_log_prob, -20, 20));
+    loss = max(-A * ratio, -A * clip(ratio, 1 - low, 1 + high)); with
+    ``clip_ratio_c`` (> 1) the loss of tokens with A < 0 is further capped at
+    -A * clip_ratio_c, so a huge ratio on a bad token cannot dominate.
+
+    Returns ``pg_loss`` (scalar, differentiable) and detached scalar metrics
+    ``pg_clipfrac`` (share of valid tokens where the clipped term is active),
+    ``ppo_kl`` (masked mean of old - new log-prob), ``pg_clipfrac_lower``
+    (share where the dual-clip cap is active; 0 without dual-clip).
+    """
+    # old_log_prob, log_prob, advantages, response_mask: [B, T]
+    if clip_ratio_c is not None and clip_ratio_c <= 1.0:
+        raise ValueError(f"clip_ratio_c must be > 1.0 for dual-clip PPO, got {clip_ratio_c}")
+    valid = response_mask.to(log_prob.device).bool()  # [B, T]
+    zero = torch.zeros((), dtype=log_prob.dtype, device=log_prob.device)
+    adv = torch.where(valid, advantages.to(log_prob.dtype), zero).detach()  # [B, T]
+    log_ratio = torch.where(valid, log_prob - old_log_prob.detach(), zero)  # [B, T]
+    log_ratio = torch.clamp(log_ratio, min=-_LOG_RATIO_CLAMP, max=_LOG_RATIO_CLAMP)
+    ratio = torch.exp(log_ratio)  # [B, T]; 1 at padding
+
+    pg_losses1 = -adv * ratio  # [B, T]
+    pg_losses2 = -adv * torch.clamp(ratio, 1.0 - clip_ratio_low, 1.0 + clip_ratio_high)
+    clip_pg_losses1 = torch.maximum(pg_losses1, pg_losses2)  # [B, T]
+    pg_clipfrac = masked_mean(torch.gt(pg_losses2, pg_losses1).to(log_prob.dtype), valid)
+
+    if clip_ratio_c is not None:
+        pg_losses3 = -adv * clip_ratio_c  # [B, T]
+        clip_pg_losses2 = torch.minimum(pg_losses3, clip_pg_losses1)
+        negative = adv < 0
+        pg_losses = torch.where(negative, clip_pg_losses2, clip_pg_losses1)
+        lower = torch.gt(clip_pg_losses1, pg_losses3) & negative
+        pg_clipfrac_lower = masked_mean(lower.to(log_prob.dtype), valid)
+    else:
+        pg_losses = clip_pg_losses1
+        pg_clipfrac_lower = torch.zeros((), dtype=log_prob.dtype, device=log_prob.device)
+
+    pg_loss = agg_loss(pg_losses, valid, loss_agg_mode)
+    ppo_kl = masked_mean(-log_ratio, valid)
+    return {
+        "pg_loss": pg_loss,
+        "pg_clipfrac": pg_clipfrac.detach(),
+        "ppo_kl": ppo_kl.detach(),
+        "pg_clipfrac_lower": pg_clipfrac_lower.detach(),
+    }
+
+
+def compute_value_loss(
+    vpreds: torch.Tensor,
+    returns: torch.Tensor,
+    values: torch.Tensor,
+    response_mask: torch.Tensor,
+    cliprange_value: float | None,
+    loss_agg_mode: str = "token-mean",
+) -> dict[str, torch.Tensor]:
+    """Clipped value loss: 0.5 * max((v - R)^2, (clip(v, V_old - c, V_old + c) - R)^2).
+
+    Clipping keeps the critic close to the values the advantages were computed
+    with. With ``cliprange_value=None`` it is the plain 0.5 * (v - R)^2.
+    Returns ``vf_loss`` (scalar, differentiable) and ``vf_clipfrac`` (detached
+    share of valid tokens where the clipped term is the larger one).
+    """
+    # vpreds, returns, values, response_mask: [B, T]
+    valid = response_mask.to(vpreds.device).bool()  # [B, T]
+    zero = torch.zeros((), dtype=vpreds.dtype, device=vpreds.device)
+    vpreds = torch.where(valid, vpreds, zero)  # [B, T]
+    returns = torch.where(valid, returns.to(vpreds.dtype), zero).detach()
+    values = torch.where(valid, values.to(vpreds.dtype), zero).detach()
+
+    vf_losses1 = (vpreds - returns) ** 2  # [B, T]
+    if cliprange_value is None:
+        loss_mat = vf_losses1
+        vf_clipfrac = torch.zeros((), dtype=vpreds.dtype, device=vpreds.device)
+    else:
+        vpredclipped = torch.clamp(vpreds, values - cliprange_value, values + cliprange_value)
+        vf_losses2 = (vpredclipped - returns) ** 2  # [B, T]
+        loss_mat = torch.maximum(vf_losses1, vf_losses2)
+        vf_clipfrac = masked_mean(torch.gt(vf_losses2, vf_losses1).to(vpreds.dtype), valid)
+    vf_loss = 0.5 * agg_loss(loss_mat, valid, loss_agg_mode)
+    return {"vf_loss": vf_loss, "vf_clipfrac": vf_clipfrac.detach()}
+
+
+# --------------------------------------------------------------------------- #
+# Per-token quantities from logits
+# --------------------------------------------------------------------------- #
+
+
+def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    # Half-precision log-softmax over a 100k+ vocab loses too much; upcast.
+    return dtype if dtype in (torch.float32, torch.float64) else torch.float32
+
+
+def _entropy_rows(logits: torch.Tensor) -> torch.Tensor:
+    # logits: [T, V] -> [T]
+    probs = torch.softmax(logits, dim=-1)
+    # -inf logits (masked vocab) have p = 0; zero them so 0 * -inf is not NaN.
+    finite_logits = torch.where(torch.isfinite(logits), logits, torch.zeros_like(logits))
+    return torch.logsumexp(logits, dim=-1) - (probs * finite_logits).sum(dim=-1)
+
+
+def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Per-token entropy of the categorical over the vocab: ``[B, T, V] -> [B, T]``.
+
+    H = logsumexp(z) - sum softmax(z) * z, which never takes log of a
+    probability, so it is stable for very peaked distributions. Computed one
+    batch row at a time (in float32 for half inputs) to bound the temporaries.
+    """
+    if logits.dim() != 3:
+        raise ValueError(f"expected logits [B, T, V], got shape {tuple(logits.shape)}")
+    dtype = _compute_dtype(logits.dtype)
+    rows = [_entropy_rows(row.to(dtype)) for row in logits]  # B x [T]
+    if not rows:
+        return logits.new_zeros(logits.shape[:2], dtype=dtype)
+    return torch.stack(rows, dim=0)  # [B, T]
+
+
+def log_probs_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Log-probability of ``labels`` under ``logits``: ``[B, T, V], [B, T] -> [B, T]``.
+
+    Computed as z[label] - logsumexp(z), one batch row at a time (float32 for
+    half inputs), so the full ``[B, T, V]`` log-softmax is never materialised.
+    """
+    if logits.dim() != 3 or labels.shape != logits.shape[:2]:
+        raise ValueError(
+            f"expected logits [B, T, V] and labels [B, T], got {tuple(logits.shape)} "
+            f"and {tuple(labels.shape)}"
+        )
+    dtype = _compute_dtype(logits.dtype)
+    labels = labels.to(device=logits.device, dtype=torch.long)
+    out = []
+    for row, lab in zip(logits, labels):  # row: [T, V], lab: [T]
+        row = row.to(dtype)
+        picked = row.gather(-1, lab.unsqueeze(-1)).squeeze(-1)  # [T]
+        out.append(picked - torch.logsumexp(row, dim=-1))
+    if not out:
+        return logits.new_zeros(labels.shape, dtype=dtype)
+    return torch.stack(out, dim=0)  # [B, T]
+
+
+# --------------------------------------------------------------------------- #
+# KL estimators
+# --------------------------------------------------------------------------- #
+
+
+def _kl_k1(log_prob: torch.Tensor, ref_log_prob: torch.Tensor) -> torch.Tensor:
+    return log_prob - ref_log_prob
+
+
+def _kl_abs(log_prob: torch.Tensor, ref_log_prob: torch.Tensor) -> torch.Tensor:
+    return (log_prob - ref_log_prob).abs()
+
+
+def _kl_k2(log_prob: torch.Tensor, ref_log_prob: torch.Tensor) -> torch.Tensor:
+    return 0.5 * (log_prob - ref_log_prob).square()
+
+
+def _kl_k3(log_prob: torch.Tensor, ref_log_prob: torch.Tensor) -> torch.Tensor:
+    # Schulman's k3: unbiased, non-negative, low variance. Clamps keep a
+    # runaway token from overflowing exp / dominating the penalty.
+    log_ratio = torch.clamp(ref_log_prob - log_prob, min=-_LOG_RATIO_CLAMP, max=_LOG_RATIO_CLAMP)
+    kld = torch.exp(log_ratio) - log_ratio - 1
+    return torch.clamp(kld, min=-10.0, max=10.0)
+
+
+KL_PENALTIES: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "kl": _kl_k1,
+    "k1": _kl_k1,
+    "abs": _kl_abs,
+    "mse": _kl_k2,
+    "k2": _kl_k2,
+    "low_var_kl": _kl_k3,
+    "k3": _kl_k3,
+}
+
+
+def kl_penalty(log_prob: torch.Tensor, ref_log_prob: torch.Tensor, kind: str) -> torch.Tensor:
+    """Per-token estimate of KL(pi || pi_ref) from sampled-token log-probs, ``[B, T]``.
+
+    Kinds: ``kl``/``k1`` (lp - ref), ``abs`` (|lp - ref|), ``mse``/``k2``
+    (0.5 (lp - ref)^2), ``low_var_kl``/``k3`` (exp(ref - lp) - (ref - lp) - 1,
+    clamped to [-10, 10]). Not masked: callers apply ``response_mask``.
+    """
+    try:
+        fn = KL_PENALTIES[kind]
+    except KeyError:
+        raise ValueError(f"unknown kl penalty {kind!r}; valid names: {sorted(KL_PENALTIES)}") from None
+    return fn(log_prob, ref_log_prob)

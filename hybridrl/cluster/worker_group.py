@@ -1,0 +1,132 @@
+"""A WorkerGroup: the Ray actors of one pool, one torch.distributed group, and group calls.
+
+Started as OpenRLHF does: a placement group reserves one bundle per rank, rank 0 starts first and
+reports a rendezvous address, then every rank joins the process group. Group calls split a batch over
+the data-parallel ranks and gather the results; every wait has a timeout and names the failing rank.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from hybridrl.cluster.errors import PoolPlacementError, WorkerCallError, WorkerCallTimeout
+from hybridrl.cluster.resource_pool import PoolSpec
+from hybridrl.protocol import Batch
+
+logger = logging.getLogger(__name__)
+
+
+class WorkerGroup:
+    def __init__(self, pool: PoolSpec, roles: list[str], cfg: Any, model_path: str, tokenizer_path: str,
+                 start_timeout_s: float, call_timeout_s: float) -> None:
+        import ray
+        from omegaconf import OmegaConf
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        from hybridrl.workers.worker import Worker
+
+        self.pool = pool
+        self.roles = list(roles)
+        self.name = "+".join(self.roles)
+        self.call_timeout_s = call_timeout_s
+        self.actors: list[Any] = []
+        self.placement_group = placement_group(pool.bundles(), strategy="PACK", name=f"hybridrl-{pool.name}")
+        try:
+            ready, _ = ray.wait([self.placement_group.ready()], timeout=start_timeout_s)
+            if not ready:
+                raise PoolPlacementError(
+                    f"Pool '{pool.name}' (roles {self.roles}) asked for {pool.num_workers} bundles of "
+                    f"{pool.bundles()[0]} = {pool.total()} but the cluster could not place them within "
+                    f"{start_timeout_s:.0f} s (trainer.ray.start_timeout_s). Cluster has "
+                    f"{ {k: v for k, v in ray.available_resources().items() if not k.startswith('node:')} } "
+                    f"available. Shrink the pool or add nodes."
+                )
+            bundle = pool.bundles()[0]
+            remote_worker = ray.remote(Worker)
+            cfg_dict = OmegaConf.to_container(cfg, resolve=True)
+            for rank in range(pool.num_workers):
+                options = dict(
+                    num_cpus=bundle.get("CPU", 0), num_gpus=bundle.get("GPU", 0),
+                    resources={k: v for k, v in bundle.items() if k not in ("CPU", "GPU")} or None,
+                    scheduling_strategy=PlacementGroupSchedulingStrategy(self.placement_group, placement_group_bundle_index=rank),
+                    name=None, max_restarts=0,
+                )
+                self.actors.append(remote_worker.options(**options).remote(
+                    rank, pool.num_workers, self.roles, cfg_dict, model_path, tokenizer_path,
+                    num_threads=max(1, int(bundle.get("CPU", 1))),
+                ))
+            master_addr, master_port = self._wait([self.actors[0].master_address.remote()], "master_address", start_timeout_s)[0]
+            self.node_info = self._wait([a.node_info.remote() for a in self.actors], "node_info", start_timeout_s)
+            self._wait([a.setup.remote(master_addr, master_port, call_timeout_s) for a in self.actors], "setup", start_timeout_s)
+        except BaseException:
+            self.shutdown()
+            raise
+        logger.info("Worker group %s: %d workers on pool '%s' (%s each)", self.name, pool.num_workers, pool.name, bundle)
+
+    @property
+    def world_size(self) -> int:
+        return len(self.actors)
+
+    def _wait(self, refs: list[Any], method: str, timeout_s: float | None = None) -> list[Any]:
+        """Gather results in rank order; fail on the first rank that raises, or on the timeout."""
+        import ray
+        from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+
+        timeout_s = self.call_timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + timeout_s
+        index = {ref: rank for rank, ref in enumerate(refs)}
+        pending = list(refs)
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
+            if not ready:
+                raise WorkerCallTimeout(self.name, sorted(index[r] for r in pending), method, timeout_s)
+            try:
+                ray.get(ready[0], timeout=0)
+            except (RayTaskError, RayActorError) as exc:
+                cause = str(exc.cause) if getattr(exc, "cause", None) is not None else str(exc).splitlines()[-1]
+                raise WorkerCallError(self.name, index[ready[0]], method, cause) from exc
+            except GetTimeoutError:  # pragma: no cover - ready refs do not time out
+                raise WorkerCallTimeout(self.name, [index[ready[0]]], method, timeout_s) from None
+        return ray.get(refs)
+
+    def call_all(self, role: str, method: str, *args: Any, **kwargs: Any) -> list[Any]:
+        """Run ``role.method(*args)`` on every rank and return the per-rank results."""
+        refs = [a.call.remote(role, method, *args, **kwargs) for a in self.actors]
+        return self._wait(refs, f"{role}.{method}")
+
+    def call_split(self, role: str, method: str, batch: Batch) -> list[Any]:
+        """Give each rank its equal shard of ``batch``; return the per-rank results in rank order."""
+        shards = batch.split(self.world_size)
+        refs = [a.call.remote(role, method, shard) for a, shard in zip(self.actors, shards)]
+        return self._wait(refs, f"{role}.{method}")
+
+    def call_dp(self, role: str, method: str, batch: Batch) -> tuple[Batch, list[dict[str, Any]]]:
+        """Split ``batch`` over the ranks, run ``role.method`` on each shard, gather in order.
+
+        Returns the gathered batch and each rank's meta (per-rank timings differ, so they are not merged).
+        """
+        padded, pad = batch.pad_to_divisor(self.world_size)
+        results = self.call_split(role, method, padded)
+        metas = [r.meta for r in results]
+        for r in results:
+            r.meta = {}
+        return Batch.concat(results).unpad(pad), metas
+
+    def shutdown(self) -> None:
+        import ray
+        from ray.util.placement_group import remove_placement_group
+
+        if self.actors:
+            try:  # leave the gloo/nccl group cleanly; a stuck rank must not block shutdown
+                ray.wait([a.teardown.remote() for a in self.actors], num_returns=len(self.actors), timeout=30)
+            except Exception:  # noqa: BLE001 - shutdown is best effort; the actors are killed next
+                pass
+            for actor in self.actors:
+                ray.kill(actor, no_restart=True)
+            self.actors = []
+        if self.placement_group is not None:
+            remove_placement_group(self.placement_group)
+            self.placement_group = None

@@ -1,0 +1,203 @@
+"""Typed schema of the training configuration.
+
+The dataclasses give every key its type; the shipped YAML (``ppo_trainer.yaml``) gives every key its
+default and its one-line documentation. Keeping defaults in one place (the YAML) means the schema
+cannot drift from what users read. Values are never changed after load: derived quantities live in
+``hybridrl.config.derived``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from omegaconf import MISSING
+
+
+@dataclass
+class TinyModelConfig:
+    hidden_size: int = MISSING
+    num_hidden_layers: int = MISSING
+    num_attention_heads: int = MISSING
+    num_key_value_heads: int = MISSING
+    intermediate_size: int = MISSING
+    seed: int = MISSING
+
+
+@dataclass
+class ModelConfig:
+    path: Optional[str] = MISSING
+    tokenizer_path: Optional[str] = MISSING
+    trust_remote_code: bool = MISSING
+    tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
+
+
+@dataclass
+class CriticModelConfig:
+    path: Optional[str] = MISSING
+    value_head_init_std: float = MISSING
+
+
+@dataclass
+class FSDPConfig:
+    sharding_strategy: str = MISSING
+    mixed_precision: bool = MISSING
+    cpu_offload: bool = MISSING
+
+
+@dataclass
+class OptimConfig:
+    lr: float = MISSING
+    betas: List[float] = MISSING
+    weight_decay: float = MISSING
+    eps: float = MISSING
+
+
+@dataclass
+class ActorConfig:
+    strategy: str = MISSING
+    fsdp: FSDPConfig = field(default_factory=FSDPConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    ppo_mini_batch_size: int = MISSING
+    ppo_micro_batch_size_per_gpu: int = MISSING
+    ppo_epochs: int = MISSING
+    shuffle: bool = MISSING
+    clip_ratio: float = MISSING
+    entropy_coeff: float = MISSING
+    grad_clip: float = MISSING
+    loss_agg_mode: str = MISSING
+    precision: str = MISSING
+
+
+@dataclass
+class RolloutConfig:
+    name: str = MISSING
+    n: int = MISSING
+    do_sample: bool = MISSING
+    temperature: float = MISSING
+    top_k: int = MISSING
+    top_p: float = MISSING
+    log_prob_micro_batch_size_per_gpu: int = MISSING
+
+
+@dataclass
+class RefConfig:
+    log_prob_micro_batch_size_per_gpu: int = MISSING
+
+
+@dataclass
+class ActorRolloutRefConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    actor: ActorConfig = field(default_factory=ActorConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    ref: RefConfig = field(default_factory=RefConfig)
+
+
+@dataclass
+class CriticConfig:
+    strategy: str = MISSING
+    model: CriticModelConfig = field(default_factory=CriticModelConfig)
+    fsdp: FSDPConfig = field(default_factory=FSDPConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    ppo_mini_batch_size: int = MISSING
+    ppo_micro_batch_size_per_gpu: int = MISSING
+    forward_micro_batch_size_per_gpu: int = MISSING
+    ppo_epochs: int = MISSING
+    shuffle: bool = MISSING
+    cliprange_value: Optional[float] = MISSING
+    grad_clip: float = MISSING
+    loss_agg_mode: str = MISSING
+    precision: str = MISSING
+
+
+@dataclass
+class KLControlConfig:
+    type: str = MISSING
+    kl_coef: float = MISSING
+    target_kl: float = MISSING
+    horizon: int = MISSING
+
+
+@dataclass
+class AlgorithmConfig:
+    adv_estimator: str = MISSING
+    gamma: float = MISSING
+    lam: float = MISSING
+    use_kl_in_reward: bool = MISSING
+    kl_penalty: str = MISSING
+    kl_ctrl: KLControlConfig = field(default_factory=KLControlConfig)
+
+
+@dataclass
+class DataConfig:
+    task: str = MISSING
+    task_kwargs: Dict[str, Any] = MISSING
+    train_size: int = MISSING
+    val_size: int = MISSING
+    train_batch_size: int = MISSING
+    max_prompt_length: int = MISSING
+    max_response_length: int = MISSING
+    shuffle: bool = MISSING
+    seed: int = MISSING
+
+
+@dataclass
+class ResourcePoolConfig:
+    pools: Dict[str, Dict[str, float]] = MISSING
+    mapping: Dict[str, str] = MISSING
+
+
+@dataclass
+class RayConfig:
+    address: Optional[str] = MISSING
+    num_cpus: Optional[int] = MISSING
+    include_dashboard: bool = MISSING
+    dashboard_host: str = MISSING
+    object_store_memory: Optional[int] = MISSING
+    start_timeout_s: float = MISSING
+    call_timeout_s: float = MISSING
+
+
+@dataclass
+class TrainerConfig:
+    project_name: str = MISSING
+    experiment_name: str = MISSING
+    output_dir: str = MISSING
+    total_steps: int = MISSING
+    seed: int = MISSING
+    device: str = MISSING
+    logger: List[str] = MISSING
+    progress_bar: bool = MISSING
+    save_hf: bool = MISSING
+    learning_check_window: int = MISSING
+    ray: RayConfig = field(default_factory=RayConfig)
+
+
+@dataclass
+class Config:
+    data: DataConfig = field(default_factory=DataConfig)
+    actor_rollout_ref: ActorRolloutRefConfig = field(default_factory=ActorRolloutRefConfig)
+    critic: CriticConfig = field(default_factory=CriticConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    resource_pool: ResourcePoolConfig = field(default_factory=ResourcePoolConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+
+
+# Keys whose value must be one of a fixed set. Sets that grow by registration (advantage estimators,
+# tasks, reward functions) are checked against their registries in ``validate``.
+CHOICES: dict[str, tuple[str, ...]] = {
+    "actor_rollout_ref.actor.strategy": ("fsdp",),
+    "critic.strategy": ("fsdp",),
+    "actor_rollout_ref.actor.fsdp.sharding_strategy": ("FULL_SHARD", "SHARD_GRAD_OP"),
+    "critic.fsdp.sharding_strategy": ("FULL_SHARD", "SHARD_GRAD_OP"),
+    "actor_rollout_ref.actor.precision": ("fp32", "bf16"),
+    "critic.precision": ("fp32", "bf16"),
+    "actor_rollout_ref.rollout.name": ("hf",),
+    "algorithm.kl_ctrl.type": ("fixed", "adaptive"),
+    "algorithm.kl_penalty": ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3"),
+    "trainer.device": ("auto", "cpu", "cuda"),
+}
+
+# Role names used in ``resource_pool.mapping``.
+ROLES: tuple[str, ...] = ("actor_rollout", "critic", "ref")
+TRACKERS: tuple[str, ...] = ("console", "jsonl")

@@ -1,0 +1,137 @@
+"""Cross-field checks run before any Ray actor starts; each error names the key, value and fix."""
+
+from __future__ import annotations
+
+from omegaconf import DictConfig, OmegaConf
+
+from hybridrl.config.schema import CHOICES, ROLES, TRACKERS
+
+
+def _fail(msg: str):
+    from hybridrl.config.loader import ConfigError
+
+    raise ConfigError(msg)
+
+
+def _check_choices(cfg: DictConfig) -> None:
+    from hybridrl.algorithms.advantages import ADV_ESTIMATORS
+    from hybridrl.algorithms.losses import LOSS_AGG_MODES
+    from hybridrl.data.tasks import TASKS
+
+    choices = dict(CHOICES)
+    choices["algorithm.adv_estimator"] = tuple(sorted(ADV_ESTIMATORS))
+    choices["data.task"] = tuple(sorted(TASKS))
+    choices["actor_rollout_ref.actor.loss_agg_mode"] = tuple(LOSS_AGG_MODES)
+    choices["critic.loss_agg_mode"] = tuple(LOSS_AGG_MODES)
+    for key, valid in choices.items():
+        value = OmegaConf.select(cfg, key)
+        if value not in valid:
+            _fail(f"{key}={value!r} is not valid; choose one of: {', '.join(valid)}.")
+    for tracker in cfg.trainer.logger:
+        if tracker not in TRACKERS:
+            _fail(f"trainer.logger has {tracker!r}; valid trackers: {', '.join(TRACKERS)}.")
+
+
+def _check_positive(cfg: DictConfig) -> None:
+    keys = [
+        "data.train_batch_size", "data.train_size", "data.max_prompt_length",
+        "data.max_response_length", "trainer.total_steps", "actor_rollout_ref.rollout.n",
+        "actor_rollout_ref.actor.ppo_mini_batch_size",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", "actor_rollout_ref.actor.ppo_epochs",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
+        "critic.ppo_mini_batch_size", "critic.ppo_micro_batch_size_per_gpu", "critic.ppo_epochs",
+        "critic.forward_micro_batch_size_per_gpu", "trainer.learning_check_window",
+    ]
+    for key in keys:
+        value = OmegaConf.select(cfg, key)
+        if value <= 0:
+            _fail(f"{key}={value} must be positive.")
+    for key in ["actor_rollout_ref.actor.optim.lr", "critic.optim.lr"]:
+        if OmegaConf.select(cfg, key) <= 0:
+            _fail(f"{key}={OmegaConf.select(cfg, key)} must be positive.")
+    if not 0 <= cfg.algorithm.gamma <= 1 or not 0 <= cfg.algorithm.lam <= 1:
+        _fail(f"algorithm.gamma={cfg.algorithm.gamma} and algorithm.lam={cfg.algorithm.lam} must lie in [0, 1].")
+    if cfg.actor_rollout_ref.rollout.temperature <= 0:
+        _fail("actor_rollout_ref.rollout.temperature must be > 0 (use do_sample=false for greedy).")
+
+
+def _check_batch_arithmetic(section: str, mini: int, micro: int, n: int, prompts: int, workers: int) -> None:
+    """The mini-batch must divide the step's batch and split evenly into micro-batches per worker."""
+    sequences = prompts * n
+    if sequences % workers:
+        _fail(
+            f"data.train_batch_size ({prompts}) x actor_rollout_ref.rollout.n ({n}) = {sequences} "
+            f"sequences cannot be split evenly over the {workers} workers of {section}; "
+            f"make it a multiple of {workers}."
+        )
+    if mini > prompts or prompts % mini:
+        _fail(
+            f"{section}.ppo_mini_batch_size ({mini}) must divide data.train_batch_size ({prompts}); "
+            f"e.g. {section}.ppo_mini_batch_size={prompts}."
+        )
+    mini_sequences = mini * n
+    if mini_sequences % workers:
+        _fail(
+            f"{section}.ppo_mini_batch_size ({mini}) x rollout.n ({n}) = {mini_sequences} sequences "
+            f"cannot be split over {workers} workers; make it a multiple of {workers}."
+        )
+    per_worker = mini_sequences // workers
+    if per_worker % micro:
+        _fail(
+            f"{section}.ppo_micro_batch_size_per_gpu ({micro}) must divide the per-worker mini-batch: "
+            f"ppo_mini_batch_size ({mini}) x rollout.n ({n}) / {workers} workers = {per_worker} "
+            f"sequences. Pick a divisor of {per_worker}."
+        )
+
+
+def _check_pools(cfg: DictConfig) -> dict[str, int]:
+    from hybridrl.cluster.resource_pool import ResourcePoolManager
+
+    mapping = cfg.resource_pool.mapping
+    for role in mapping:
+        if role not in ROLES:
+            _fail(f"resource_pool.mapping has unknown role '{role}'; roles: {', '.join(ROLES)}.")
+    for role in ROLES:
+        if role not in mapping:
+            _fail(f"resource_pool.mapping has no pool for role '{role}'; add resource_pool.mapping.{role}=<pool>.")
+    try:
+        manager = ResourcePoolManager.from_config(cfg)
+    except (ValueError, KeyError) as exc:
+        _fail(f"resource_pool: {exc}")
+    return {role: manager.pool_of(role).num_workers for role in ROLES}
+
+
+def validate(cfg: DictConfig) -> None:
+    _check_choices(cfg)
+    _check_positive(cfg)
+    workers = _check_pools(cfg)
+    n = cfg.actor_rollout_ref.rollout.n
+    prompts = cfg.data.train_batch_size
+    actor = cfg.actor_rollout_ref.actor
+    _check_batch_arithmetic(
+        "actor_rollout_ref.actor", actor.ppo_mini_batch_size, actor.ppo_micro_batch_size_per_gpu,
+        n, prompts, workers["actor_rollout"],
+    )
+    critic = cfg.critic
+    _check_batch_arithmetic(
+        "critic", critic.ppo_mini_batch_size, critic.ppo_micro_batch_size_per_gpu,
+        n, prompts, workers["critic"],
+    )
+    for role in ("ref", "critic"):
+        if (prompts * n) % workers[role]:
+            _fail(
+                f"data.train_batch_size ({prompts}) x rollout.n ({n}) = {prompts * n} sequences cannot "
+                f"be split over the {workers[role]} workers of role '{role}'."
+            )
+    from hybridrl.data.tasks import make_task
+
+    try:
+        task = make_task(cfg.data.task, **OmegaConf.to_container(cfg.data.task_kwargs))
+    except ValueError as exc:
+        _fail(str(exc))
+    if cfg.actor_rollout_ref.model.path is None and task.prompt_length() > cfg.data.max_prompt_length:
+        _fail(
+            f"data.max_prompt_length ({cfg.data.max_prompt_length}) is shorter than the "
+            f"'{cfg.data.task}' prompts ({task.prompt_length()} tokens); raise it."
+        )

@@ -1,0 +1,91 @@
+"""Prompt datasets and the sampler that turns them into one batch per step."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import numpy as np
+import torch
+
+from hybridrl.data.tasks import Example, make_task
+from hybridrl.protocol import Batch
+
+
+class PromptDataset:
+    """Prompts with their ground truths, tokenized on demand (left-padded to the batch's longest)."""
+
+    def __init__(self, examples: list[Example], tokenizer: Any, max_prompt_length: int) -> None:
+        if not examples:
+            raise ValueError("The prompt dataset is empty.")
+        self.examples = examples
+        self.tokenizer = tokenizer
+        self.max_prompt_length = max_prompt_length
+
+    @classmethod
+    def from_task(cls, task: str, task_kwargs: dict, size: int, seed: int, tokenizer: Any,
+                  max_prompt_length: int) -> "PromptDataset":
+        return cls(make_task(task, **task_kwargs).examples(size, seed), tokenizer, max_prompt_length)
+
+    def __len__(self) -> int:
+        return len(self.examples)
+
+    def collate(self, indices: list[int]) -> Batch:
+        rows = [self.examples[i] for i in indices]
+        enc = self.tokenizer([r.prompt for r in rows], padding="longest", return_tensors="pt",
+                             add_special_tokens=False)
+        if enc["input_ids"].shape[1] > self.max_prompt_length:
+            longest = max(range(len(rows)), key=lambda i: int(enc["attention_mask"][i].sum()))
+            raise ValueError(
+                f"Prompt {indices[longest]} has {int(enc['attention_mask'][longest].sum())} tokens, more than "
+                f"data.max_prompt_length={self.max_prompt_length}: raise data.max_prompt_length."
+            )
+        attention_mask = enc["attention_mask"]
+        return Batch.from_dict(
+            tensors={"input_ids": enc["input_ids"], "attention_mask": attention_mask,
+                     "position_ids": (torch.cumsum(attention_mask, dim=1) - 1).clamp(min=0)},
+            non_tensors={"data_source": [r.data_source for r in rows],
+                         "ground_truth": [r.ground_truth for r in rows],
+                         "prompt_text": [r.prompt for r in rows],
+                         "uid": [str(i) for i in indices]},
+        )
+
+
+class EpochSampler:
+    """Walks the dataset in (optionally shuffled) epochs, a fixed number of prompts per step.
+
+    Its position is plain state (epoch, offset), so a resumed run continues with the same prompts.
+    """
+
+    def __init__(self, size: int, batch_size: int, shuffle: bool, seed: int) -> None:
+        if batch_size > size:
+            raise ValueError(f"data.train_batch_size ({batch_size}) is larger than the dataset ({size} prompts).")
+        self.size, self.batch_size, self.shuffle, self.seed = size, batch_size, shuffle, seed
+        self.epoch, self.offset = 0, 0
+        self._order = self._make_order()
+
+    def _make_order(self) -> list[int]:
+        order = list(range(self.size))
+        if self.shuffle:
+            random.Random(self.seed * 100_003 + self.epoch).shuffle(order)
+        return order
+
+    def next_indices(self) -> list[int]:
+        if self.offset + self.batch_size > self.size:  # drop the incomplete tail of an epoch
+            self.epoch, self.offset = self.epoch + 1, 0
+            self._order = self._make_order()
+        indices = self._order[self.offset:self.offset + self.batch_size]
+        self.offset += self.batch_size
+        return indices
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "offset": self.offset}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.epoch, self.offset = int(state["epoch"]), int(state["offset"])
+        self._order = self._make_order()
+
+
+def group_index(batch: Batch) -> np.ndarray:
+    """The prompt id of each row: rows sampled from the same prompt share it (GRPO groups)."""
+    return batch.non_tensors["uid"]

@@ -1,0 +1,87 @@
+"""Built-in verifiable tasks: prompts a tiny model can learn to answer by RL alone.
+
+Each task makes prompt strings with a ground truth and is scored by the reward function registered
+under the same name (the row's ``data_source``, as in verl). Prompts are made from a seed, so the
+training and held-out sets are the same on every run and every machine.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Callable
+
+TASKS: dict[str, Callable[..., "Task"]] = {}
+
+
+def register_task(name: str):
+    def wrap(cls):
+        TASKS[name] = cls
+        return cls
+
+    return wrap
+
+
+def make_task(name: str, **kwargs) -> "Task":
+    if name not in TASKS:
+        raise ValueError(f"Unknown task '{name}'; valid tasks: {sorted(TASKS)}.")
+    try:
+        return TASKS[name](**kwargs)
+    except TypeError as exc:
+        raise ValueError(f"Bad data.task_kwargs for task '{name}': {exc}") from None
+
+
+@dataclass(frozen=True)
+class Example:
+    prompt: str
+    ground_truth: str
+    data_source: str
+
+
+class Task:
+    name: str = ""
+
+    def example(self, rng: random.Random) -> Example:
+        raise NotImplementedError
+
+    def examples(self, count: int, seed: int) -> list[Example]:
+        rng = random.Random(seed)
+        return [self.example(rng) for _ in range(count)]
+
+    def prompt_length(self) -> int:
+        """Characters (= tokens for the built-in tokenizer) in every prompt."""
+        raise NotImplementedError
+
+
+@register_task("copy")
+class CopyTask(Task):
+    """Prompt ``"314="``; the answer repeats the digits: ``"314"``.
+
+    Reward is the fraction of the first ``num_digits`` response characters that equal the prompt's
+    digit at the same position, so no constant response scores above ~0.1 on average.
+    """
+
+    name = "copy"
+
+    def __init__(self, num_digits: int = 3) -> None:
+        if num_digits < 1:
+            raise ValueError(f"num_digits={num_digits} must be at least 1")
+        self.num_digits = num_digits
+
+    def example(self, rng: random.Random) -> Example:
+        digits = "".join(rng.choice("0123456789") for _ in range(self.num_digits))
+        return Example(prompt=digits + "=", ground_truth=digits, data_source=self.name)
+
+    def prompt_length(self) -> int:
+        return self.num_digits + 1
+
+
+@register_task("reverse")
+class ReverseTask(CopyTask):
+    """Prompt ``"314="``; the answer is the digits reversed: ``"413"``."""
+
+    name = "reverse"
+
+    def example(self, rng: random.Random) -> Example:
+        ex = super().example(rng)
+        return Example(prompt=ex.prompt, ground_truth=ex.ground_truth[::-1], data_source=self.name)

@@ -1,0 +1,76 @@
+"""Load models and tokenizers from local Hugging Face directories (never from a hub)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+
+def _check_dir(path: str, what: str) -> None:
+    if not Path(path).is_dir():
+        raise FileNotFoundError(
+            f"{what} directory '{path}' does not exist; give a local Hugging Face model directory "
+            f"(downloads from a hub are not attempted)."
+        )
+
+
+def load_tokenizer(path: str, trust_remote_code: bool = False):
+    from transformers import AutoTokenizer
+
+    _check_dir(path, "Tokenizer")
+    tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code, local_files_only=True)
+    tokenizer.padding_side = "left"  # generation continues prompts from their right edge
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_causal_lm(path: str, trust_remote_code: bool = False, dtype: torch.dtype = torch.float32) -> nn.Module:
+    from transformers import AutoModelForCausalLM
+
+    _check_dir(path, "Model")
+    model = AutoModelForCausalLM.from_pretrained(
+        path, dtype=dtype, trust_remote_code=trust_remote_code, local_files_only=True,
+        attn_implementation="sdpa",
+    )
+    model.config.use_cache = False  # training forward passes; generation turns the cache back on
+    return model
+
+
+class ValueModel(nn.Module):
+    """A causal-LM backbone with a scalar value head on every position (the PPO critic)."""
+
+    def __init__(self, backbone: nn.Module, hidden_size: int, init_std: float = 0.0) -> None:
+        super().__init__()
+        self.backbone = backbone
+        self.value_head = nn.Linear(hidden_size, 1)
+        if init_std > 0:
+            nn.init.normal_(self.value_head.weight, std=init_std)
+        else:
+            nn.init.zeros_(self.value_head.weight)
+        nn.init.zeros_(self.value_head.bias)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                position_ids: torch.Tensor) -> torch.Tensor:
+        hidden = self.backbone(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+            use_cache=False,
+        ).last_hidden_state  # (B, T, H)
+        # clone: FSDP2 cannot hook a view returned by the root module (it warns of wrong gradients).
+        return self.value_head(hidden).squeeze(-1).clone()  # (B, T)
+
+
+def load_value_model(path: str, trust_remote_code: bool = False, init_std: float = 0.0,
+                     seed: int = 0) -> ValueModel:
+    from transformers import AutoModel
+
+    _check_dir(path, "Critic model")
+    backbone = AutoModel.from_pretrained(
+        path, dtype=torch.float32, trust_remote_code=trust_remote_code, local_files_only=True,
+        attn_implementation="sdpa",
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return ValueModel(backbone, backbone.config.hidden_size, init_std)

@@ -1,0 +1,93 @@
+"""A training engine: one model under a parallel strategy, its optimizer, precision and stepping.
+
+Roles (actor, critic, reference) hold an engine and never touch the strategy directly, so a new
+strategy is a new engine factory here, not a copy of each worker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import math
+from typing import Any, Callable
+
+import torch
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+
+from hybridrl.parallel.fsdp import apply_fsdp, full_state_dict
+
+logger = logging.getLogger(__name__)
+
+
+class TrainEngine:
+    def __init__(self, model: nn.Module, device: torch.device, precision: str = "fp32",
+                 optim_cfg: Any | None = None, state_dict_fn: Callable[[nn.Module], dict] | None = None) -> None:
+        self.model = model
+        self.device = device
+        self.precision = precision
+        self._state_dict_fn = state_dict_fn or (lambda m: m.state_dict())
+        self.optimizer: torch.optim.Optimizer | None = None
+        self.skipped_steps = 0
+        if optim_cfg is not None:
+            self.optimizer = torch.optim.AdamW(
+                [p for p in model.parameters() if p.requires_grad], lr=optim_cfg.lr,
+                betas=tuple(optim_cfg.betas), weight_decay=optim_cfg.weight_decay, eps=optim_cfg.eps,
+            )
+        else:
+            model.requires_grad_(False)
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        if self.precision == "bf16":
+            return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def zero_grad(self) -> None:
+        assert self.optimizer is not None, "this engine has no optimizer (a frozen model)"
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def step(self, grad_clip: float) -> float:
+        """Clip and apply the accumulated gradients; a non-finite gradient skips the step."""
+        assert self.optimizer is not None, "this engine has no optimizer (a frozen model)"
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm=grad_clip)
+        if hasattr(grad_norm, "full_tensor"):  # DTensor under FSDP2
+            grad_norm = grad_norm.full_tensor()
+        grad_norm = float(grad_norm)
+        if not math.isfinite(grad_norm):
+            self.skipped_steps += 1
+            logger.warning("Non-finite gradient norm (%s): skipping this optimizer step.", grad_norm)
+        else:
+            self.optimizer.step()
+        self.zero_grad()
+        return grad_norm
+
+    @property
+    def lr(self) -> float:
+        return self.optimizer.param_groups[0]["lr"] if self.optimizer else 0.0
+
+    def full_state_dict(self) -> dict[str, torch.Tensor]:
+        return self._state_dict_fn(self.model)
+
+    def state_digest(self) -> str:
+        """A hash of the full weights: equal on every rank when replicas agree."""
+        return state_digest(self.full_state_dict())
+
+
+def state_digest(state: dict[str, torch.Tensor]) -> str:
+    digest = hashlib.sha256()
+    for name, tensor in sorted(state.items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def make_engine(strategy: str, model: nn.Module, *, mesh: DeviceMesh, device: torch.device,
+                strategy_cfg: Any, precision: str, optim_cfg: Any | None) -> TrainEngine:
+    if strategy != "fsdp":
+        raise ValueError(f"Unknown strategy '{strategy}'; valid strategies: fsdp.")
+    model = model.to(device)
+    model = apply_fsdp(model, mesh, strategy_cfg.sharding_strategy, strategy_cfg.mixed_precision,
+                       strategy_cfg.cpu_offload)
+    return TrainEngine(model, device, precision, optim_cfg, state_dict_fn=full_state_dict)

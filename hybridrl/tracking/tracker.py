@@ -1,0 +1,84 @@
+"""Where metrics go: the console (progress bar + one line per step) and metrics.jsonl."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger("hybridrl.train")
+
+# Phases shown on the console line, in step order: (metric, short label).
+CONSOLE_PHASES = [
+    ("timing_s/gen", "gen"), ("timing_s/reward", "reward"), ("timing_s/old_log_prob", "old_lp"),
+    ("timing_s/ref", "ref"), ("timing_s/values", "values"), ("timing_s/adv", "adv"),
+    ("timing_s/update_critic", "critic"), ("timing_s/update_actor", "actor"),
+]
+
+
+class JsonlTracker:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(self.path, "w", encoding="utf-8")
+
+    def log(self, metrics: dict[str, Any], step: int) -> None:
+        row = {"step": step, **{k: _jsonable(v) for k, v in metrics.items()}}
+        self._file.write(json.dumps(row) + "\n")
+        self._file.flush()  # a crash loses at most the step in flight
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class ConsoleTracker:
+    def __init__(self, total_steps: int, progress_bar: bool) -> None:
+        self.bar = None
+        if progress_bar:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total_steps, desc="PPO", unit="step", dynamic_ncols=True, leave=True)
+
+    def log(self, metrics: dict[str, Any], step: int) -> None:
+        score = metrics.get("critic/score/mean", float("nan"))
+        length = metrics.get("response_length/mean", float("nan"))
+        phases = " ".join(f"{label} {metrics[key]:.2f}s" for key, label in CONSOLE_PHASES if key in metrics)
+        line = (f"step {step} | score {score:.3f} | resp_len {length:.1f} | {phases} | "
+                f"step {metrics.get('timing_s/step', float('nan')):.2f}s")
+        if self.bar is not None:
+            self.bar.set_postfix(score=f"{score:.3f}", len=f"{length:.1f}")
+            self.bar.update(1)
+            self.bar.write(line)
+        else:
+            logger.info(line)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+class Tracker:
+    def __init__(self, backends: list[str], output_dir: Path, total_steps: int, progress_bar: bool) -> None:
+        self.backends: list[Any] = []
+        if "console" in backends:
+            self.backends.append(ConsoleTracker(total_steps, progress_bar))
+        if "jsonl" in backends:
+            self.backends.append(JsonlTracker(output_dir / "metrics.jsonl"))
+
+    def log(self, metrics: dict[str, Any], step: int) -> None:
+        for backend in self.backends:
+            backend.log(metrics, step)
+
+    def close(self) -> None:
+        for backend in self.backends:
+            backend.close()
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if hasattr(value, "item"):
+        return value.item()
+    return value

@@ -1,0 +1,56 @@
+"""Step metrics computed on the driver from the gathered batch (verl's names where they exist)."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Iterator
+
+import torch
+
+from hybridrl.protocol import Batch
+
+
+@contextlib.contextmanager
+def timed(name: str, timings: dict[str, float]) -> Iterator[None]:
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        timings[name] = timings.get(name, 0.0) + time.perf_counter() - start
+
+
+def _stats(prefix: str, values: torch.Tensor) -> dict[str, float]:
+    values = values.float()
+    return {f"{prefix}/mean": float(values.mean()), f"{prefix}/max": float(values.max()),
+            f"{prefix}/min": float(values.min())}
+
+
+def data_metrics(batch: Batch, max_response_length: int) -> dict[str, float]:
+    t = batch.tensors
+    mask = t["response_mask"].bool()
+    resp_len = mask.sum(-1).float()
+    prompt_len = t["attention_mask"][:, : t["prompts"].shape[1]].sum(-1).float()
+    metrics = {
+        **_stats("critic/score", t["token_level_scores"].sum(-1)),
+        **_stats("critic/rewards", t["token_level_rewards"].sum(-1)),
+        **_stats("critic/advantages", t["advantages"][mask]),
+        **_stats("critic/returns", t["returns"][mask]),
+        **_stats("response_length", resp_len),
+        "response_length/clip_ratio": float((resp_len == max_response_length).float().mean()),
+        **_stats("prompt_length", prompt_len),
+    }
+    if "values" in t.keys():
+        metrics.update(_stats("critic/values", t["values"][mask]))
+    return metrics
+
+
+def throughput_metrics(batch: Batch, step_time: float, num_workers: int) -> dict[str, float]:
+    total_tokens = int(batch.tensors["attention_mask"].sum())
+    new_tokens = int(batch.tensors["response_mask"].sum())
+    return {
+        "perf/total_num_tokens": float(total_tokens),
+        "perf/time_per_step": step_time,
+        "perf/throughput": total_tokens / step_time / num_workers,  # tokens/s per worker, as verl
+        "perf/gen_tokens_per_s": new_tokens / step_time,
+    }

@@ -1,0 +1,131 @@
+"""The ActorRollout role: the policy trained under a parallel strategy, plus its generation engine."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from hybridrl.algorithms.losses import agg_loss, compute_policy_loss
+from hybridrl.models.loader import load_causal_lm, load_tokenizer
+from hybridrl.parallel.engine import make_engine, state_digest
+from hybridrl.protocol import Batch
+from hybridrl.rollout.hf_engine import HFRolloutEngine
+from hybridrl.workers.forward import mean_metrics, micro_batches, policy_forward
+
+logger = logging.getLogger(__name__)
+
+
+class ActorRolloutRole:
+    def __init__(self, cfg: Any, ctx: "WorkerContext") -> None:  # noqa: F821
+        self.cfg = cfg
+        self.ctx = ctx
+        model_cfg = cfg.actor_rollout_ref.model
+        self.actor_cfg = cfg.actor_rollout_ref.actor
+        self.rollout_cfg = cfg.actor_rollout_ref.rollout
+        self.tokenizer = load_tokenizer(ctx.tokenizer_path, model_cfg.trust_remote_code)
+        self.engine = make_engine(
+            self.actor_cfg.strategy, load_causal_lm(ctx.model_path, model_cfg.trust_remote_code),
+            mesh=ctx.mesh, device=ctx.device, strategy_cfg=self.actor_cfg.fsdp,
+            precision=self.actor_cfg.precision, optim_cfg=self.actor_cfg.optim,
+        )
+        rollout_dtype = torch.bfloat16 if self.actor_cfg.precision == "bf16" else torch.float32
+        rollout_model = load_causal_lm(ctx.model_path, model_cfg.trust_remote_code, dtype=rollout_dtype)
+        self.rollout = HFRolloutEngine(rollout_model.to(ctx.device), self.tokenizer.pad_token_id,
+                                       rollout_model.generation_config.eos_token_id or self.tokenizer.eos_token_id)
+
+    # -- rollout -------------------------------------------------------------------------------
+    def sync_weights(self) -> float:
+        """Hand the trained weights to the generation engine; returns the seconds it took."""
+        start = time.perf_counter()
+        self.rollout.load_weights(self.engine.full_state_dict())
+        return time.perf_counter() - start
+
+    def generate(self, batch: Batch) -> Batch:
+        sync_s = self.sync_weights()
+        start = time.perf_counter()
+        seed = int(batch.meta.get("seed", 0)) * 1009 + self.ctx.rank
+        out = self.rollout.generate(
+            batch.tensors["input_ids"].to(self.ctx.device), batch.tensors["attention_mask"].to(self.ctx.device),
+            max_new_tokens=self.cfg.data.max_response_length, do_sample=self.rollout_cfg.do_sample,
+            temperature=self.rollout_cfg.temperature, top_k=self.rollout_cfg.top_k,
+            top_p=self.rollout_cfg.top_p, seed=seed,
+        )
+        texts = self.tokenizer.batch_decode(out["responses"], skip_special_tokens=True)
+        gen_s = time.perf_counter() - start
+        return Batch.from_dict(
+            tensors={k: v.cpu() for k, v in out.items()},
+            non_tensors={"response_text": texts},
+            meta={"timing_s/weight_sync": sync_s, "timing_s/generate_worker": gen_s},
+        )
+
+    # -- evaluation ----------------------------------------------------------------------------
+    @torch.no_grad()
+    def compute_log_prob(self, batch: Batch) -> Batch:
+        micro = self.rollout_cfg.log_prob_micro_batch_size_per_gpu
+        log_probs, entropies = [], []
+        for mb in micro_batches(batch, micro):
+            with self.engine.autocast():
+                lp, ent = policy_forward(self.engine.model, mb.to(self.ctx.device),
+                                         self.rollout_cfg.temperature, with_entropy=True)
+            log_probs.append(lp.cpu())
+            entropies.append(ent.cpu())
+        return Batch.from_dict(tensors={"old_log_probs": torch.cat(log_probs),
+                                        "old_entropy": torch.cat(entropies)})
+
+    # -- update --------------------------------------------------------------------------------
+    def update_actor(self, batch: Batch) -> dict[str, float]:
+        cfg = self.actor_cfg
+        n = self.rollout_cfg.n
+        mini = cfg.ppo_mini_batch_size * n // self.ctx.world_size
+        rows: list[dict[str, float]] = []
+        generator = torch.Generator().manual_seed(int(batch.meta.get("seed", 0)))
+        self.engine.model.train()
+        for _ in range(cfg.ppo_epochs):
+            data = batch.shuffle(generator) if cfg.shuffle else batch
+            for mini_batch in data.minibatches(mini):
+                micros = mini_batch.minibatches(cfg.ppo_micro_batch_size_per_gpu)
+                stats = []
+                for mb in micros:
+                    mb = mb.to(self.ctx.device)
+                    mask = mb.tensors["response_mask"].float()
+                    with self.engine.autocast():
+                        log_prob, entropy = policy_forward(self.engine.model, mb, self.rollout_cfg.temperature,
+                                                           with_entropy=True)
+                    pg = compute_policy_loss(
+                        mb.tensors["old_log_probs"], log_prob, mb.tensors["advantages"], mask,
+                        clip_ratio_low=cfg.clip_ratio, clip_ratio_high=cfg.clip_ratio,
+                        loss_agg_mode=cfg.loss_agg_mode,
+                    )
+                    entropy_loss = agg_loss(entropy, mask, cfg.loss_agg_mode)
+                    loss = pg["pg_loss"] - cfg.entropy_coeff * entropy_loss
+                    (loss / len(micros)).backward()
+                    stats.append({"actor/pg_loss": float(pg["pg_loss"].detach()), "actor/pg_clipfrac": float(pg["pg_clipfrac"]),
+                                  "actor/ppo_kl": float(pg["ppo_kl"]), "actor/entropy": float(entropy_loss.detach())})
+                row = mean_metrics(stats)
+                row["actor/grad_norm"] = self.engine.step(cfg.grad_clip)
+                rows.append(row)
+        out = mean_metrics(rows)
+        out["actor/lr"] = self.engine.lr
+        out["actor/skipped_steps"] = float(self.engine.skipped_steps)
+        return out
+
+    # -- inspection and export -----------------------------------------------------------------
+    def state_digest(self) -> dict[str, str]:
+        return {"train": self.engine.state_digest(),
+                "rollout": state_digest(self.rollout.model.state_dict())}
+
+    def save_hf(self, out_dir: str) -> str | None:
+        """Write the actor as a Hugging Face directory (rank 0 writes; every rank gathers)."""
+        state = self.engine.full_state_dict()
+        if self.ctx.rank != 0:
+            return None
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        # The training weights (fp32 masters), not the generation copy, which may be bf16.
+        self.rollout.model.save_pretrained(out_dir, state_dict=state)
+        self.tokenizer.save_pretrained(out_dir)
+        return out_dir
+

@@ -1,0 +1,67 @@
+"""The Critic role: a value model trained with the clipped value loss."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from hybridrl.algorithms.losses import compute_value_loss
+from hybridrl.algorithms.utils import masked_mean
+from hybridrl.models.loader import load_value_model
+from hybridrl.parallel.engine import make_engine
+from hybridrl.protocol import Batch
+from hybridrl.workers.forward import mean_metrics, micro_batches, value_forward
+
+
+class CriticRole:
+    def __init__(self, cfg: Any, ctx: "WorkerContext") -> None:  # noqa: F821
+        self.cfg = cfg.critic
+        self.n = cfg.actor_rollout_ref.rollout.n
+        self.ctx = ctx
+        path = self.cfg.model.path or ctx.model_path
+        model = load_value_model(path, cfg.actor_rollout_ref.model.trust_remote_code,
+                                 self.cfg.model.value_head_init_std, seed=cfg.trainer.seed)
+        self.engine = make_engine(self.cfg.strategy, model, mesh=ctx.mesh, device=ctx.device,
+                                  strategy_cfg=self.cfg.fsdp, precision=self.cfg.precision,
+                                  optim_cfg=self.cfg.optim)
+
+    @torch.no_grad()
+    def compute_values(self, batch: Batch) -> Batch:
+        values = []
+        for mb in micro_batches(batch, self.cfg.forward_micro_batch_size_per_gpu):
+            with self.engine.autocast():
+                values.append(value_forward(self.engine.model, mb.to(self.ctx.device)).cpu())
+        return Batch.from_dict(tensors={"values": torch.cat(values) * batch.tensors["response_mask"]})
+
+    def update_critic(self, batch: Batch) -> dict[str, float]:
+        cfg = self.cfg
+        mini = cfg.ppo_mini_batch_size * self.n // self.ctx.world_size
+        generator = torch.Generator().manual_seed(int(batch.meta.get("seed", 0)) + 1)
+        rows: list[dict[str, float]] = []
+        self.engine.model.train()
+        for _ in range(cfg.ppo_epochs):
+            data = batch.shuffle(generator) if cfg.shuffle else batch
+            for mini_batch in data.minibatches(mini):
+                micros = mini_batch.minibatches(cfg.ppo_micro_batch_size_per_gpu)
+                stats = []
+                for mb in micros:
+                    mb = mb.to(self.ctx.device)
+                    mask = mb.tensors["response_mask"].float()
+                    with self.engine.autocast():
+                        vpreds = value_forward(self.engine.model, mb)
+                    vf = compute_value_loss(vpreds, mb.tensors["returns"], mb.tensors["values"], mask,
+                                            cfg.cliprange_value, loss_agg_mode=cfg.loss_agg_mode)
+                    (vf["vf_loss"] / len(micros)).backward()
+                    stats.append({"critic/vf_loss": float(vf["vf_loss"].detach()),
+                                  "critic/vf_clipfrac": float(vf["vf_clipfrac"]),
+                                  "critic/vpred_mean": float(masked_mean(vpreds.detach(), mask))})
+                row = mean_metrics(stats)
+                row["critic/grad_norm"] = self.engine.step(cfg.grad_clip)
+                rows.append(row)
+        out = mean_metrics(rows)
+        out["critic/lr"] = self.engine.lr
+        return out
+
+    def state_digest(self) -> dict[str, str]:
+        return {"train": self.engine.state_digest()}

@@ -1,0 +1,45 @@
+"""Forward passes shared by the roles: response log-probs of a policy, per-position values."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from hybridrl.algorithms.losses import entropy_from_logits, log_probs_from_logits
+from hybridrl.protocol import Batch
+
+
+def policy_forward(model: nn.Module, batch: Batch, temperature: float,
+                   with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs (and entropy) of each response token under ``model``, at sampling temperature."""
+    responses = batch.tensors["responses"]  # (B, R)
+    resp_len = responses.shape[1]
+    logits = model(
+        input_ids=batch.tensors["input_ids"], attention_mask=batch.tensors["attention_mask"],
+        position_ids=batch.tensors["position_ids"], use_cache=False,
+    ).logits  # (B, P+R, V)
+    # The logit at position t predicts token t+1: responses are predicted by P-1 .. P+R-2.
+    logits = logits[:, -resp_len - 1:-1, :].float() / temperature  # (B, R, V)
+    log_probs = log_probs_from_logits(logits, responses)
+    entropy = entropy_from_logits(logits) if with_entropy else None
+    return log_probs, entropy
+
+
+def value_forward(model: nn.Module, batch: Batch) -> torch.Tensor:
+    """Value of the state before each response token (the position that predicts it)."""
+    resp_len = batch.tensors["responses"].shape[1]
+    values = model(
+        input_ids=batch.tensors["input_ids"], attention_mask=batch.tensors["attention_mask"],
+        position_ids=batch.tensors["position_ids"],
+    )  # (B, P+R)
+    return values[:, -resp_len - 1:-1].float()  # (B, R)
+
+
+def mean_metrics(rows: list[dict[str, float]]) -> dict[str, float]:
+    keys = rows[0].keys() if rows else []
+    return {k: sum(r[k] for r in rows) / len(rows) for k in keys}
+
+
+def micro_batches(batch: Batch, size: int) -> list[Batch]:
+    """Consecutive chunks of at most ``size`` rows (the last may be smaller): forward-only passes."""
+    return [batch[i:i + size] for i in range(0, len(batch), size)]

@@ -1,0 +1,103 @@
+"""One worker process: joins its group's torch.distributed group and hosts the roles mapped to it.
+
+A plain class, testable without Ray; ``hybridrl.cluster.worker_group`` wraps it as a Ray actor.
+Roles on the same pool live in the same process (colocated) and share its device and mesh.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from hybridrl.parallel import dist as hdist
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class WorkerContext:
+    rank: int
+    world_size: int
+    device: torch.device
+    mesh: Any
+    model_path: str
+    tokenizer_path: str
+
+
+def _role_classes() -> dict[str, type]:
+    from hybridrl.workers.actor_rollout import ActorRolloutRole
+    from hybridrl.workers.critic import CriticRole
+    from hybridrl.workers.ref import RefRole
+
+    return {"actor_rollout": ActorRolloutRole, "critic": CriticRole, "ref": RefRole}
+
+
+class Worker:
+    def __init__(self, rank: int, world_size: int, roles: list[str], cfg: dict | DictConfig,
+                 model_path: str, tokenizer_path: str, num_threads: int = 1) -> None:
+        self.rank = rank
+        self.world_size = world_size
+        self.role_names = list(roles)
+        self.cfg = cfg if isinstance(cfg, DictConfig) else OmegaConf.create(cfg)
+        self.model_path = model_path
+        self.tokenizer_path = tokenizer_path
+        self.roles: dict[str, Any] = {}
+        torch.set_num_threads(max(1, num_threads))
+        _quiet_libraries()
+
+    def node_info(self) -> dict[str, Any]:
+        info = {"pid": os.getpid(), "ip": hdist.node_ip(), "rank": self.rank}
+        try:
+            import ray
+
+            info["node_id"] = ray.get_runtime_context().get_node_id()
+        except Exception:
+            info["node_id"] = None
+        return info
+
+    def master_address(self) -> tuple[str, int]:
+        return hdist.node_ip(), hdist.free_port()
+
+    def setup(self, master_addr: str, master_port: int, timeout_s: float = 600.0) -> None:
+        from torch.distributed.device_mesh import init_device_mesh
+
+        device = hdist.pick_device(self.cfg.trainer.device)
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        hdist.init_process_group(self.rank, self.world_size, master_addr, master_port, device, timeout_s)
+        mesh = init_device_mesh(device.type, (self.world_size,), mesh_dim_names=("dp",))
+        ctx = WorkerContext(self.rank, self.world_size, device, mesh, self.model_path, self.tokenizer_path)
+        # Every rank seeds the same way so that initialisation (value heads) is identical everywhere.
+        torch.manual_seed(self.cfg.trainer.seed)
+        classes = _role_classes()
+        for name in self.role_names:
+            self.roles[name] = classes[name](self.cfg, ctx)
+
+    def call(self, role: str, method: str, *args: Any, **kwargs: Any) -> Any:
+        if role not in self.roles:
+            raise KeyError(f"Worker rank {self.rank} hosts roles {self.role_names}, not '{role}'.")
+        target = getattr(self.roles[role], method, None)
+        if target is None or method.startswith("_"):
+            public = [m for m in dir(self.roles[role]) if not m.startswith("_") and callable(getattr(self.roles[role], m))]
+            raise AttributeError(f"Role '{role}' has no method '{method}'; it has: {public}.")
+        return target(*args, **kwargs)
+
+    def teardown(self) -> None:
+        self.roles.clear()
+        hdist.destroy_process_group()
+
+
+def _quiet_libraries() -> None:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    try:
+        import transformers
+
+        transformers.utils.logging.set_verbosity_error()
+        transformers.utils.logging.disable_progress_bar()
+    except ImportError:
+        pass
