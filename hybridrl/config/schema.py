@@ -2,8 +2,8 @@
 
 The dataclasses give every key its type; the shipped YAML (``ppo_trainer.yaml``) gives every key its
 default and its one-line documentation. Keeping defaults in one place (the YAML) means the schema
-cannot drift from what users read. Values are never changed after load: derived quantities live in
-``hybridrl.config.derived``.
+cannot drift from what users read. The loaded config is read-only: code derives values from it
+(e.g. per-worker batch sizes in the workers) instead of writing them back.
 """
 
 from __future__ import annotations
@@ -133,7 +133,6 @@ class DataConfig:
     task: str = MISSING
     task_kwargs: Dict[str, Any] = MISSING
     train_size: int = MISSING
-    val_size: int = MISSING
     train_batch_size: int = MISSING
     max_prompt_length: int = MISSING
     max_response_length: int = MISSING

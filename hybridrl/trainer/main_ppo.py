@@ -16,17 +16,9 @@ from typing import Any, Sequence
 from omegaconf import DictConfig, OmegaConf
 
 from hybridrl.config.loader import ConfigError, load_config
+from hybridrl.logging_utils import quiet_libraries, setup_logging
 
 logger = logging.getLogger("hybridrl")
-
-
-def setup_logging(level: int = logging.INFO) -> None:
-    root = logging.getLogger()
-    if not root.handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"))
-        root.addHandler(handler)
-    logging.getLogger("hybridrl").setLevel(level)
 
 
 def prepare_model(cfg: DictConfig, output_dir: Path) -> tuple[str, str]:
@@ -42,13 +34,11 @@ def prepare_model(cfg: DictConfig, output_dir: Path) -> tuple[str, str]:
     return path, tokenizer_path
 
 
-def build_groups(cfg: DictConfig, cluster_gpus: float, model_path: str, tokenizer_path: str) -> dict[str, Any]:
+def build_groups(cfg: DictConfig, manager: Any, model_path: str, tokenizer_path: str) -> dict[str, Any]:
     """One WorkerGroup per used pool, hosting every role mapped to it (colocated roles)."""
-    from hybridrl.cluster.resource_pool import ResourcePoolManager
     from hybridrl.cluster.worker_group import WorkerGroup
     from hybridrl.trainer.ppo_trainer import RoleHandle
 
-    manager = ResourcePoolManager.from_config(cfg).for_cluster(cluster_gpus)
     logger.info("Reserving %s for pools %s", manager.total(),
                 {p.name: manager.roles_of(p.name) for p in manager.used_pools()})
     handles: dict[str, RoleHandle] = {}
@@ -84,6 +74,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     from hybridrl.tracking import Tracker
     from hybridrl.trainer.ppo_trainer import PPOTrainer
 
+    quiet_libraries()
     started = time.perf_counter()
     output_dir = Path(cfg.trainer.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -93,12 +84,12 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     dataset = PromptDataset.from_task(cfg.data.task, OmegaConf.to_container(cfg.data.task_kwargs),
                                       cfg.data.train_size, cfg.data.seed, tokenizer, cfg.data.max_prompt_length)
 
-    cpus_needed = ResourcePoolManager.from_config(cfg).for_cluster(0).total().get("CPU", 1)
-    cluster = ray_cluster.connect(cfg.trainer.ray, cpus_needed)
+    pools = ResourcePoolManager.from_config(cfg)
+    cluster = ray_cluster.connect(cfg.trainer.ray, cpus_needed=pools.total().get("CPU", 1))
     groups: list[Any] = []
     tracker = None
     try:
-        built = build_groups(cfg, cluster.gpus, model_path, tokenizer_path)
+        built = build_groups(cfg, pools.for_cluster(cluster.gpus), model_path, tokenizer_path)
         groups = built["groups"]
         tracker = Tracker(list(cfg.trainer.logger), output_dir, cfg.trainer.total_steps, cfg.trainer.progress_bar)
         trainer = PPOTrainer(cfg, built["handles"], dataset, tracker)

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from hybridrl.logging_utils import quiet_libraries
 from hybridrl.parallel import dist as hdist
 
 logger = logging.getLogger(__name__)
@@ -48,7 +49,7 @@ class Worker:
         self.tokenizer_path = tokenizer_path
         self.roles: dict[str, Any] = {}
         torch.set_num_threads(max(1, num_threads))
-        _quiet_libraries()
+        quiet_libraries()
 
     def node_info(self) -> dict[str, Any]:
         info = {"pid": os.getpid(), "ip": hdist.node_ip(), "rank": self.rank}
@@ -91,13 +92,3 @@ class Worker:
         self.roles.clear()
         hdist.destroy_process_group()
 
-
-def _quiet_libraries() -> None:
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    try:
-        import transformers
-
-        transformers.utils.logging.set_verbosity_error()
-        transformers.utils.logging.disable_progress_bar()
-    except ImportError:
-        pass

@@ -1,0 +1,88 @@
+"""A real 2-rank FSDP worker group on a local Ray cluster."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hybridrl.cluster.errors import PoolPlacementError, WorkerCallError, WorkerCallTimeout
+from hybridrl.cluster.resource_pool import PoolSpec
+from hybridrl.cluster.worker_group import WorkerGroup
+from hybridrl.config.loader import load_config
+from hybridrl.models.tiny import build_tokenizer, ensure_tiny_model
+from hybridrl.protocol import Batch
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING",
+             runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false"}})
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def group(ray_cluster, tmp_path_factory):
+    path = ensure_tiny_model(tmp_path_factory.mktemp("m"), hidden_size=32, num_hidden_layers=2,
+                             num_attention_heads=4, num_key_value_heads=2, intermediate_size=64, seed=0)
+    cfg = load_config(["data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+                       "critic.ppo_mini_batch_size=4", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
+                       "critic.ppo_micro_batch_size_per_gpu=8"])
+    pool = PoolSpec.from_resources("global_pool", {"GPU": 2}).on_cpu_only_cluster()
+    g = WorkerGroup(pool, ["actor_rollout", "ref"], cfg, path, path, start_timeout_s=120, call_timeout_s=120)
+    yield g
+    g.shutdown()
+
+
+def prompts(n: int) -> Batch:
+    tok = build_tokenizer()
+    enc = tok([f"{i % 10}{(3 * i) % 10}=" for i in range(n)], padding=True, return_tensors="pt")
+    return Batch.from_dict(tensors={"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"],
+                                    "position_ids": torch.cumsum(enc["attention_mask"], 1) - 1},
+                           meta={"seed": 1})
+
+
+def test_ranks_are_distinct_processes(group):
+    pids = {info["pid"] for info in group.node_info}
+    assert len(pids) == 2 and [info["rank"] for info in group.node_info] == [0, 1]
+
+
+def test_generate_update_and_replicas_stay_equal(group):
+    gen, metas = group.call_dp("actor_rollout", "generate", prompts(17))  # 17 rows: padded to 18, unpadded
+    assert len(gen) == 17 and gen.tensors["responses"].shape[1] == 6
+    assert len(metas) == 2 and all("timing_s/weight_sync" in m for m in metas)
+    before = group.call_all("actor_rollout", "state_digest")
+    batch = gen[:16]  # 4 prompts x 4 samples: one mini-batch of 8 rows per rank
+    old, _ = group.call_dp("actor_rollout", "compute_log_prob", batch)
+    ref, _ = group.call_dp("ref", "compute_ref_log_prob", batch)
+    # Actor and reference start from the same weights: identical log-probs before any update.
+    torch.testing.assert_close(old.tensors["old_log_probs"], ref.tensors["ref_log_probs"])
+    batch.union(old)
+    batch.tensors["advantages"] = torch.linspace(-1, 1, 16)[:, None].expand(-1, 6).clone()
+    batch.meta = {"seed": 1}
+    metrics = group.call_split("actor_rollout", "update_actor", batch)
+    assert all(m["actor/grad_norm"] > 0 for m in metrics)
+    after = group.call_all("actor_rollout", "state_digest")
+    assert after[0]["train"] == after[1]["train"] != before[0]["train"]
+    group.call_dp("actor_rollout", "generate", prompts(2))  # hands the new weights to generation
+    synced = group.call_all("actor_rollout", "state_digest")
+    assert synced[0]["rollout"] == synced[1]["rollout"] == synced[0]["train"]
+
+
+def test_errors_name_role_rank_and_method(group):
+    with pytest.raises(WorkerCallError, match=r"actor_rollout\+ref worker rank [01] failed in ref.nope: Role 'ref' has no method"):
+        group.call_all("ref", "nope")
+    with pytest.raises(WorkerCallTimeout, match=r"rank\(s\) \[0, 1\] did not finish actor_rollout.generate"):
+        group._wait([a.call.remote("actor_rollout", "generate", prompts(64)) for a in group.actors],
+                    "actor_rollout.generate", timeout_s=1e-4)
+
+
+def test_unplaceable_pool_fails_fast(ray_cluster, tmp_path):
+    pool = PoolSpec.from_resources("huge", {"CPU": 64, "workers": 2})
+    cfg = load_config()
+    with pytest.raises(PoolPlacementError, match=r"Pool 'huge'.*asked for 2 bundles.*within 1 s"):
+        WorkerGroup(pool, ["ref"], cfg, str(tmp_path), str(tmp_path), start_timeout_s=1, call_timeout_s=1)
