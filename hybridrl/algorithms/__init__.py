@@ -1,13 +1,18 @@
-"""Pure tensor functions for PPO-style RL post-training (advantages, losses, KL)."""
+"""Pure tensor functions for PPO-style RL post-training (advantages, losses, KL, filtering)."""
 
 from hybridrl.algorithms.advantages import (
     ADV_ESTIMATORS,
     AdvEstimator,
     compute_gae_advantage_return,
     compute_grpo_outcome_advantage,
+    compute_reinforce_plus_plus_baseline_outcome_advantage,
+    compute_reinforce_plus_plus_outcome_advantage,
+    compute_remax_outcome_advantage,
+    compute_rloo_outcome_advantage,
     get_adv_estimator,
     register_adv_estimator,
 )
+from hybridrl.algorithms.filtering import groups_with_signal, kept_group_ids
 from hybridrl.algorithms.kl_control import (
     KL_CONTROLLERS,
     AdaptiveKLController,
@@ -19,10 +24,14 @@ from hybridrl.algorithms.kl_control import (
 from hybridrl.algorithms.losses import (
     KL_PENALTIES,
     LOSS_AGG_MODES,
+    POLICY_LOSSES,
     agg_loss,
+    compute_kl_loss,
     compute_policy_loss,
+    compute_policy_loss_gspo,
     compute_value_loss,
     entropy_from_logits,
+    get_policy_loss,
     kl_penalty,
     log_probs_from_logits,
 )
@@ -33,8 +42,14 @@ __all__ = [
     "AdvEstimator",
     "compute_gae_advantage_return",
     "compute_grpo_outcome_advantage",
+    "compute_reinforce_plus_plus_baseline_outcome_advantage",
+    "compute_reinforce_plus_plus_outcome_advantage",
+    "compute_remax_outcome_advantage",
+    "compute_rloo_outcome_advantage",
     "get_adv_estimator",
     "register_adv_estimator",
+    "groups_with_signal",
+    "kept_group_ids",
     "KL_CONTROLLERS",
     "AdaptiveKLController",
     "FixedKLController",
@@ -43,10 +58,14 @@ __all__ = [
     "make_kl_controller",
     "KL_PENALTIES",
     "LOSS_AGG_MODES",
+    "POLICY_LOSSES",
     "agg_loss",
+    "compute_kl_loss",
     "compute_policy_loss",
+    "compute_policy_loss_gspo",
     "compute_value_loss",
     "entropy_from_logits",
+    "get_policy_loss",
     "kl_penalty",
     "log_probs_from_logits",
     "masked_mean",

@@ -19,7 +19,11 @@ __all__ = [
     "LOSS_AGG_MODES",
     "KL_PENALTIES",
     "agg_loss",
+    "POLICY_LOSSES",
     "compute_policy_loss",
+    "compute_policy_loss_gspo",
+    "get_policy_loss",
+    "compute_kl_loss",
     "compute_value_loss",
     "entropy_from_logits",
     "log_probs_from_logits",
@@ -108,6 +112,34 @@ def agg_loss(
 # --------------------------------------------------------------------------- #
 
 
+def _clipped_surrogate(
+    ratio: torch.Tensor,
+    adv: torch.Tensor,
+    valid: torch.Tensor,
+    clip_ratio_low: float,
+    clip_ratio_high: float,
+    clip_ratio_c: float | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-token clipped (optionally dual-clipped) loss [B, T], clipfrac, clipfrac_lower."""
+    # ratio, adv, valid: [B, T]; adv already zero at padding and detached
+    pg_losses1 = -adv * ratio  # [B, T]
+    pg_losses2 = -adv * torch.clamp(ratio, 1.0 - clip_ratio_low, 1.0 + clip_ratio_high)
+    clip_pg_losses1 = torch.maximum(pg_losses1, pg_losses2)  # [B, T]
+    pg_clipfrac = masked_mean(torch.gt(pg_losses2, pg_losses1).to(ratio.dtype), valid)
+
+    if clip_ratio_c is not None:
+        pg_losses3 = -adv * clip_ratio_c  # [B, T]
+        clip_pg_losses2 = torch.minimum(pg_losses3, clip_pg_losses1)
+        negative = adv < 0
+        pg_losses = torch.where(negative, clip_pg_losses2, clip_pg_losses1)
+        lower = torch.gt(clip_pg_losses1, pg_losses3) & negative
+        pg_clipfrac_lower = masked_mean(lower.to(ratio.dtype), valid)
+    else:
+        pg_losses = clip_pg_losses1
+        pg_clipfrac_lower = torch.zeros((), dtype=ratio.dtype, device=ratio.device)
+    return pg_losses, pg_clipfrac, pg_clipfrac_lower
+
+
 def compute_policy_loss(
     old_log_prob: torch.Tensor,
     log_prob: torch.Tensor,
@@ -140,22 +172,9 @@ def compute_policy_loss(
     log_ratio = torch.clamp(log_ratio, min=-_LOG_RATIO_CLAMP, max=_LOG_RATIO_CLAMP)
     ratio = torch.exp(log_ratio)  # [B, T]; 1 at padding
 
-    pg_losses1 = -adv * ratio  # [B, T]
-    pg_losses2 = -adv * torch.clamp(ratio, 1.0 - clip_ratio_low, 1.0 + clip_ratio_high)
-    clip_pg_losses1 = torch.maximum(pg_losses1, pg_losses2)  # [B, T]
-    pg_clipfrac = masked_mean(torch.gt(pg_losses2, pg_losses1).to(log_prob.dtype), valid)
-
-    if clip_ratio_c is not None:
-        pg_losses3 = -adv * clip_ratio_c  # [B, T]
-        clip_pg_losses2 = torch.minimum(pg_losses3, clip_pg_losses1)
-        negative = adv < 0
-        pg_losses = torch.where(negative, clip_pg_losses2, clip_pg_losses1)
-        lower = torch.gt(clip_pg_losses1, pg_losses3) & negative
-        pg_clipfrac_lower = masked_mean(lower.to(log_prob.dtype), valid)
-    else:
-        pg_losses = clip_pg_losses1
-        pg_clipfrac_lower = torch.zeros((), dtype=log_prob.dtype, device=log_prob.device)
-
+    pg_losses, pg_clipfrac, pg_clipfrac_lower = _clipped_surrogate(
+        ratio, adv, valid, clip_ratio_low, clip_ratio_high, clip_ratio_c
+    )
     pg_loss = agg_loss(pg_losses, valid, loss_agg_mode)
     ppo_kl = masked_mean(-log_ratio, valid)
     return {
@@ -164,6 +183,81 @@ def compute_policy_loss(
         "ppo_kl": ppo_kl.detach(),
         "pg_clipfrac_lower": pg_clipfrac_lower.detach(),
     }
+
+
+def compute_policy_loss_gspo(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    clip_ratio_low: float = 3e-4,
+    clip_ratio_high: float = 4e-4,
+    clip_ratio_c: float | None = None,
+    loss_agg_mode: str = "seq-mean-token-mean",
+) -> dict[str, torch.Tensor]:
+    """GSPO (Zheng et al. 2025, Group Sequence Policy Optimization): sequence-level ratio.
+
+    s_i = exp(mean over row i's valid tokens of (log_prob - old_log_prob)), the
+    length-normalised sequence likelihood ratio, which matches the sequence-level
+    reward and is far less noisy than per-token ratios. Per token (GSPO-token):
+    s_i,t = sg[s_i] * exp(log_prob_t - sg[log_prob_t]), whose value is s_i and
+    whose gradient w.r.t. log_prob_t is s_i; summed over the row's |y_i| tokens
+    this equals the true gradient of s_i (s_i / |y_i| per token), so every
+    aggregation mode (each weighs a row's tokens equally) differentiates the
+    sequence-level objective. The default ``seq-mean-token-mean`` is GSPO's own
+    weighting (each sequence counts once, whatever its length). The clipped
+    surrogate is PPO's, applied to s_i,t; the clip ranges are arguments (the
+    defaults are the paper's tiny 3e-4 / 4e-4). ``clip_ratio_c`` applies
+    the same dual-clip cap as ``compute_policy_loss`` (not in the paper; verl's
+    GSPO ignores it). The sequence log-ratio is clamped to [-20, 20] before exp.
+
+    Returns the same keys as ``compute_policy_loss``; ``ppo_kl`` is the token-level
+    masked mean of old - new log-prob.
+    """
+    # old_log_prob, log_prob, advantages, response_mask: [B, T]
+    if clip_ratio_c is not None and clip_ratio_c <= 1.0:
+        raise ValueError(f"clip_ratio_c must be > 1.0 for dual-clip PPO, got {clip_ratio_c}")
+    valid = response_mask.to(log_prob.device).bool()  # [B, T]
+    zero = torch.zeros((), dtype=log_prob.dtype, device=log_prob.device)
+    adv = torch.where(valid, advantages.to(log_prob.dtype), zero).detach()  # [B, T]
+    lp = torch.where(valid, log_prob, zero)  # [B, T]; padding selected out (even NaN)
+    log_ratio = torch.where(valid, lp - old_log_prob.detach(), zero)  # [B, T]
+
+    seq_log_ratio = masked_mean(log_ratio, valid, dim=-1)  # [B]; 0 for an empty row
+    seq_log_ratio = torch.clamp(seq_log_ratio, min=-_LOG_RATIO_CLAMP, max=_LOG_RATIO_CLAMP)
+    # value: seq_log_ratio_i at every token; gradient: 1 w.r.t. its own log_prob_t
+    log_seq_ratio = seq_log_ratio.detach().unsqueeze(-1) + (lp - lp.detach())  # [B, T]
+    ratio = torch.exp(log_seq_ratio)  # [B, T]
+
+    pg_losses, pg_clipfrac, pg_clipfrac_lower = _clipped_surrogate(
+        ratio, adv, valid, clip_ratio_low, clip_ratio_high, clip_ratio_c
+    )
+    pg_loss = agg_loss(pg_losses, valid, loss_agg_mode)
+    ppo_kl = masked_mean(-log_ratio, valid)
+    return {
+        "pg_loss": pg_loss,
+        "pg_clipfrac": pg_clipfrac.detach(),
+        "ppo_kl": ppo_kl.detach(),
+        "pg_clipfrac_lower": pg_clipfrac_lower.detach(),
+    }
+
+
+PolicyLossFn = Callable[..., "dict[str, torch.Tensor]"]
+
+POLICY_LOSSES: dict[str, PolicyLossFn] = {
+    "vanilla": compute_policy_loss,
+    "gspo": compute_policy_loss_gspo,
+}
+
+
+def get_policy_loss(name: str) -> PolicyLossFn:
+    """Look up a policy loss by name; every entry has ``compute_policy_loss``'s signature."""
+    try:
+        return POLICY_LOSSES[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown policy loss {name!r}; valid names: {sorted(POLICY_LOSSES)}"
+        ) from None
 
 
 def compute_value_loss(
@@ -306,3 +400,29 @@ def kl_penalty(log_prob: torch.Tensor, ref_log_prob: torch.Tensor, kind: str) ->
     except KeyError:
         raise ValueError(f"unknown kl penalty {kind!r}; valid names: {sorted(KL_PENALTIES)}") from None
     return fn(log_prob, ref_log_prob)
+
+
+def compute_kl_loss(
+    log_prob: torch.Tensor,
+    ref_log_prob: torch.Tensor,
+    response_mask: torch.Tensor,
+    kl_loss_type: str,
+    loss_agg_mode: str = "token-mean",
+) -> torch.Tensor:
+    """KL(pi || pi_ref) as an actor loss term (verl ``use_kl_loss``; GRPO, Shao et al. 2024).
+
+    Instead of folding the KL into the reward, GRPO adds
+    ``kl_loss_coef * compute_kl_loss(...)`` to the actor loss, so the penalty
+    acts directly on the gradient. Per-token estimate from ``kl_penalty``
+    (``kl_loss_type``: k1/kl, abs, k2/mse, k3/low_var_kl), aggregated with
+    ``agg_loss``. Scalar, differentiable w.r.t. ``log_prob`` (the reference is
+    detached); padding is selected out before the estimate, so NaN there
+    reaches neither the value nor the gradient.
+    """
+    # log_prob, ref_log_prob, response_mask: [B, T]
+    valid = response_mask.to(log_prob.device).bool()  # [B, T]
+    zero = torch.zeros((), dtype=log_prob.dtype, device=log_prob.device)
+    lp = torch.where(valid, log_prob, zero)  # [B, T]
+    ref = torch.where(valid, ref_log_prob.to(log_prob.dtype), zero).detach()  # [B, T]
+    kld = kl_penalty(lp, ref, kl_loss_type)  # [B, T]
+    return agg_loss(kld, valid, loss_agg_mode)

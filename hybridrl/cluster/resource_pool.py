@@ -142,9 +142,12 @@ class ResourcePoolManager:
         return totals
 
     @classmethod
-    def from_config(cls, cfg: Any) -> "ResourcePoolManager":
+    def from_config(cls, cfg: Any, roles: list[str] | None = None) -> "ResourcePoolManager":
+        """Pools from ``resource_pool``; with ``roles``, only those roles are mapped (and reserved)."""
         from omegaconf import OmegaConf
 
         pools = OmegaConf.to_container(cfg.resource_pool.pools, resolve=True)
         mapping = OmegaConf.to_container(cfg.resource_pool.mapping, resolve=True)
+        if roles is not None:
+            mapping = {role: pool for role, pool in mapping.items() if role in roles}
         return cls(pools=pools, mapping=mapping)

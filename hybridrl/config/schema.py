@@ -54,6 +54,11 @@ class OptimConfig:
 
 
 @dataclass
+class PolicyLossConfig:
+    loss_mode: str = MISSING
+
+
+@dataclass
 class ActorConfig:
     strategy: str = MISSING
     fsdp: FSDPConfig = field(default_factory=FSDPConfig)
@@ -63,6 +68,13 @@ class ActorConfig:
     ppo_epochs: int = MISSING
     shuffle: bool = MISSING
     clip_ratio: float = MISSING
+    clip_ratio_low: Optional[float] = MISSING
+    clip_ratio_high: Optional[float] = MISSING
+    clip_ratio_c: Optional[float] = MISSING
+    policy_loss: PolicyLossConfig = field(default_factory=lambda: PolicyLossConfig())
+    use_kl_loss: bool = MISSING
+    kl_loss_coef: float = MISSING
+    kl_loss_type: str = MISSING
     entropy_coeff: float = MISSING
     grad_clip: float = MISSING
     loss_agg_mode: str = MISSING
@@ -95,6 +107,7 @@ class ActorRolloutRefConfig:
 
 @dataclass
 class CriticConfig:
+    enable: Optional[bool] = MISSING
     strategy: str = MISSING
     model: CriticModelConfig = field(default_factory=CriticModelConfig)
     fsdp: FSDPConfig = field(default_factory=FSDPConfig)
@@ -119,13 +132,21 @@ class KLControlConfig:
 
 
 @dataclass
+class FilterGroupsConfig:
+    enable: bool = MISSING
+    max_num_gen_batches: int = MISSING
+
+
+@dataclass
 class AlgorithmConfig:
     adv_estimator: str = MISSING
+    norm_adv_by_std_in_grpo: bool = MISSING
     gamma: float = MISSING
     lam: float = MISSING
     use_kl_in_reward: bool = MISSING
     kl_penalty: str = MISSING
     kl_ctrl: KLControlConfig = field(default_factory=KLControlConfig)
+    filter_groups: FilterGroupsConfig = field(default_factory=lambda: FilterGroupsConfig())
 
 
 @dataclass
@@ -194,6 +215,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "actor_rollout_ref.rollout.name": ("hf",),
     "algorithm.kl_ctrl.type": ("fixed", "adaptive"),
     "algorithm.kl_penalty": ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3"),
+    "actor_rollout_ref.actor.kl_loss_type": ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3"),
     "trainer.device": ("auto", "cpu", "cuda"),
 }
 

@@ -87,24 +87,60 @@ def _check_batch_arithmetic(section: str, mini: int, micro: int, n: int, prompts
 
 def _check_pools(cfg: DictConfig) -> dict[str, int]:
     from hybridrl.cluster.resource_pool import ResourcePoolManager
+    from hybridrl.config.roles import active_roles
 
     mapping = cfg.resource_pool.mapping
     for role in mapping:
         if role not in ROLES:
             _fail(f"resource_pool.mapping has unknown role '{role}'; roles: {', '.join(ROLES)}.")
-    for role in ROLES:
+    for role in active_roles(cfg):
         if role not in mapping:
             _fail(f"resource_pool.mapping has no pool for role '{role}'; add resource_pool.mapping.{role}=<pool>.")
     try:
-        manager = ResourcePoolManager.from_config(cfg)
+        manager = ResourcePoolManager.from_config(cfg, roles=active_roles(cfg))
     except (ValueError, KeyError) as exc:
         _fail(f"resource_pool: {exc}")
-    return {role: manager.pool_of(role).num_workers for role in ROLES}
+    return {role: manager.pool_of(role).num_workers for role in active_roles(cfg)}
+
+
+def _check_algorithm(cfg: DictConfig) -> None:
+    """Options that do not fit each other are refused here, before anything starts."""
+    from hybridrl.algorithms.advantages import get_adv_estimator
+    from hybridrl.algorithms.losses import POLICY_LOSSES
+
+    algo, actor = cfg.algorithm, cfg.actor_rollout_ref.actor
+    name = algo.adv_estimator
+    estimator = get_adv_estimator(name)
+    n = cfg.actor_rollout_ref.rollout.n
+    if estimator.needs_critic and cfg.critic.enable is False:
+        _fail(f"algorithm.adv_estimator={name} needs a critic (values), but critic.enable=false. "
+              f"Use a critic-free estimator (grpo, rloo, reinforce_plus_plus, remax) or set critic.enable=null.")
+    if not estimator.needs_critic and cfg.critic.enable:
+        _fail(f"critic.enable=true, but algorithm.adv_estimator={name} does not use values; "
+              f"set critic.enable=null (or use adv_estimator=gae).")
+    if estimator.needs_groups and n < 2:
+        _fail(f"algorithm.adv_estimator={name} compares the samples of one prompt, so "
+              f"actor_rollout_ref.rollout.n ({n}) must be at least 2.")
+    if algo.filter_groups.enable and n < 2:
+        _fail(f"algorithm.filter_groups.enable=true drops prompts whose samples all score the same; "
+              f"it needs actor_rollout_ref.rollout.n >= 2 (got {n}).")
+    if algo.filter_groups.max_num_gen_batches < 1:
+        _fail(f"algorithm.filter_groups.max_num_gen_batches ({algo.filter_groups.max_num_gen_batches}) must be >= 1.")
+    if actor.policy_loss.loss_mode not in POLICY_LOSSES:
+        _fail(f"actor_rollout_ref.actor.policy_loss.loss_mode={actor.policy_loss.loss_mode!r} is not valid; "
+              f"choose one of: {', '.join(sorted(POLICY_LOSSES))}.")
+    for key in ("clip_ratio", "clip_ratio_low", "clip_ratio_high"):
+        value = actor[key]
+        if value is not None and value <= 0:
+            _fail(f"actor_rollout_ref.actor.{key}={value} must be positive.")
+    if actor.clip_ratio_c is not None and actor.clip_ratio_c <= 1:
+        _fail(f"actor_rollout_ref.actor.clip_ratio_c={actor.clip_ratio_c} must be > 1 (dual-clip bound), or null.")
 
 
 def validate(cfg: DictConfig) -> None:
     _check_choices(cfg)
     _check_positive(cfg)
+    _check_algorithm(cfg)
     workers = _check_pools(cfg)
     n = cfg.actor_rollout_ref.rollout.n
     prompts = cfg.data.train_batch_size
@@ -114,11 +150,12 @@ def validate(cfg: DictConfig) -> None:
         n, prompts, workers["actor_rollout"],
     )
     critic = cfg.critic
-    _check_batch_arithmetic(
-        "critic", critic.ppo_mini_batch_size, critic.ppo_micro_batch_size_per_gpu,
-        n, prompts, workers["critic"],
-    )
-    for role in ("ref", "critic"):
+    if "critic" in workers:
+        _check_batch_arithmetic(
+            "critic", critic.ppo_mini_batch_size, critic.ppo_micro_batch_size_per_gpu,
+            n, prompts, workers["critic"],
+        )
+    for role in sorted(set(workers) - {"actor_rollout"}):
         if (prompts * n) % workers[role]:
             _fail(
                 f"data.train_batch_size ({prompts}) x rollout.n ({n}) = {prompts * n} sequences cannot "

@@ -5,7 +5,6 @@ from __future__ import annotations
 import random
 from typing import Any
 
-import numpy as np
 import torch
 
 from hybridrl.data.tasks import Example, make_task
@@ -47,7 +46,7 @@ class PromptDataset:
             non_tensors={"data_source": [r.data_source for r in rows],
                          "ground_truth": [r.ground_truth for r in rows],
                          "prompt_text": [r.prompt for r in rows],
-                         "uid": [str(i) for i in indices]},
+                         "index": list(indices)},
         )
 
 
@@ -85,7 +84,3 @@ class EpochSampler:
         self.epoch, self.offset = int(state["epoch"]), int(state["offset"])
         self._order = self._make_order()
 
-
-def group_index(batch: Batch) -> np.ndarray:
-    """The prompt id of each row: rows sampled from the same prompt share it (GRPO groups)."""
-    return batch.non_tensors["uid"]

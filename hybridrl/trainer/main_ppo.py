@@ -71,6 +71,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     from hybridrl.data.dataset import PromptDataset
     from hybridrl.models.loader import load_tokenizer
     from hybridrl.cluster.resource_pool import ResourcePoolManager
+    from hybridrl.config.roles import active_roles
     from hybridrl.tracking import Tracker
     from hybridrl.trainer.ppo_trainer import PPOTrainer
 
@@ -84,7 +85,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     dataset = PromptDataset.from_task(cfg.data.task, OmegaConf.to_container(cfg.data.task_kwargs),
                                       cfg.data.train_size, cfg.data.seed, tokenizer, cfg.data.max_prompt_length)
 
-    pools = ResourcePoolManager.from_config(cfg)
+    pools = ResourcePoolManager.from_config(cfg, roles=active_roles(cfg))
     cluster = ray_cluster.connect(cfg.trainer.ray, cpus_needed=pools.total().get("CPU", 1))
     groups: list[Any] = []
     tracker = None

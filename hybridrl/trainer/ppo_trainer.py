@@ -1,4 +1,8 @@
-"""The PPO loop on the driver: explicit data flow between role groups, one step at a time."""
+"""The PPO loop on the driver: explicit data flow between role groups, one step at a time.
+
+A step is four phases, each a method: rollout (generate + score, with optional dynamic sampling),
+evaluate (old/ref log-probs, values), advantages (KL in reward + estimator, on the driver), update.
+"""
 
 from __future__ import annotations
 
@@ -6,16 +10,18 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from hybridrl.algorithms.advantages import get_adv_estimator
+from hybridrl.algorithms.filtering import groups_with_signal
 from hybridrl.algorithms.kl_control import apply_kl_penalty, make_kl_controller
 from hybridrl.cluster.worker_group import WorkerGroup
-from hybridrl.data.dataset import EpochSampler, PromptDataset, group_index
+from hybridrl.config.roles import critic_enabled, ref_enabled
+from hybridrl.data.dataset import EpochSampler, PromptDataset
 from hybridrl.protocol import Batch
 from hybridrl.rewards.registry import score_batch
 from hybridrl.trainer.metrics import data_metrics, throughput_metrics, timed
-from hybridrl.tracking import Tracker
 
 logger = logging.getLogger(__name__)
 
@@ -50,8 +56,17 @@ def _max_over_ranks(metas: list[dict[str, Any]]) -> dict[str, float]:
     return {k: max(m.get(k, 0.0) for m in metas) for k in keys}
 
 
+def _place_at_last_token(scores: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """Outcome rewards live on each response's last real token; every other token gets 0."""
+    # scores: (B,), response_mask: (B, R)
+    token_scores = torch.zeros_like(response_mask, dtype=torch.float32)
+    last = (response_mask.sum(-1) - 1).clamp(min=0).long()
+    token_scores[torch.arange(len(scores)), last] = scores
+    return token_scores
+
+
 class PPOTrainer:
-    def __init__(self, cfg: Any, roles: dict[str, RoleHandle], dataset: PromptDataset, tracker: Tracker) -> None:
+    def __init__(self, cfg: Any, roles: dict[str, RoleHandle], dataset: PromptDataset, tracker: Any) -> None:
         self.cfg = cfg
         self.roles = roles
         self.dataset = dataset
@@ -59,82 +74,134 @@ class PPOTrainer:
         self.sampler = EpochSampler(len(dataset), cfg.data.train_batch_size, cfg.data.shuffle, cfg.data.seed)
         algo = cfg.algorithm
         self.estimator = get_adv_estimator(algo.adv_estimator)
+        self.use_critic = critic_enabled(cfg)
+        self.use_ref = ref_enabled(cfg)
         self.kl_ctrl = make_kl_controller(algo.kl_ctrl.type, algo.kl_ctrl.kl_coef, algo.kl_ctrl.target_kl,
                                           algo.kl_ctrl.horizon)
         self.num_workers = sum({id(h.group): h.group.world_size for h in roles.values()}.values())
         self.history: list[dict[str, float]] = []
 
-    def step(self, step: int) -> dict[str, float]:
+    # -- rollout -------------------------------------------------------------------------------
+    def _generate_and_score(self, step: int, round_: int, timings: dict, metrics: dict) -> Batch:
         cfg = self.cfg
+        n = cfg.actor_rollout_ref.rollout.n
+        seed = (cfg.trainer.seed * 1_000_003 + step) * 101 + round_
+        prompts = self.dataset.collate(self.sampler.next_indices())
+        # Group ids unique per step and round: rows sampled from one prompt share it (GRPO groups).
+        prompts.non_tensors["uid"] = np.array([f"{step}.{round_}.{i}" for i in range(len(prompts))], dtype=object)
+        batch = prompts.repeat(n, interleave=True)
+        actor = self.roles["actor_rollout"]
+        with timed("gen", timings):
+            gen_in = batch.pop(tensor_keys=GEN_KEYS)
+            gen_in.meta = {"seed": seed}
+            gen_out, metas = actor.dp("generate", gen_in)
+            batch.union(gen_out)
+            metrics.update(_max_over_ranks(metas))
+        with timed("reward", timings):
+            scores = self._score(batch)
+            batch.tensors["token_level_scores"] = _place_at_last_token(scores, batch.tensors["response_mask"])
+        if self.estimator.needs_greedy_baseline:
+            with timed("gen_max", timings):  # ReMax: the greedy response's reward is the baseline
+                greedy_in = prompts.select(tensor_keys=GEN_KEYS, non_tensor_keys=[], meta_keys=[])
+                greedy_in.meta = {"seed": seed, "greedy": True}
+                greedy, _ = actor.dp("generate", greedy_in)
+                greedy.non_tensors.update(prompts.select(tensor_keys=[], meta_keys=[]).non_tensors)
+                batch.tensors["reward_baselines"] = self._score(greedy).repeat_interleave(n)
+        return batch
+
+    @staticmethod
+    def _score(batch: Batch) -> torch.Tensor:
+        nt = batch.non_tensors
+        return torch.tensor(score_batch(nt["data_source"], nt["response_text"], nt["ground_truth"]),
+                            dtype=torch.float32)
+
+    def _rollout(self, step: int, timings: dict, metrics: dict) -> Batch:
+        """One batch of scored rollouts; DAPO's dynamic sampling drops groups with no signal."""
+        filt = self.cfg.algorithm.filter_groups
+        if not filt.enable:
+            return self._generate_and_score(step, 0, timings, metrics)
+        n = self.cfg.actor_rollout_ref.rollout.n
+        wanted = self.cfg.data.train_batch_size * n
+        kept: list[Batch] = []
+        dropped: list[Batch] = []
+        for round_ in range(filt.max_num_gen_batches):
+            batch = self._generate_and_score(step, round_, timings, metrics)
+            batch.meta = {}
+            keep = groups_with_signal(batch.tensors["token_level_scores"].sum(-1), batch.non_tensors["uid"])
+            kept.append(batch[np.flatnonzero(keep)])
+            dropped.append(batch[np.flatnonzero(~keep)])
+            if sum(len(b) for b in kept) >= wanted:
+                break
+        n_kept = sum(len(b) for b in kept)
+        metrics["train/num_gen_batches"] = float(round_ + 1)
+        metrics["train/kept_group_frac"] = n_kept / (len(kept) * wanted)
+        # Groups stay whole: the filter keeps or drops all n rows of a prompt, in order.
+        metrics["train/topped_up_groups"] = float(max(0, wanted - n_kept) // n)
+        if n_kept < wanted:
+            logger.warning("Dynamic sampling kept %d of %d sequences after %d rounds; topping up with "
+                           "groups whose rewards are all equal (raise algorithm.filter_groups.max_num_gen_batches).",
+                           n_kept, wanted, round_ + 1)
+        return Batch.concat([b for b in kept + dropped if len(b)])[:wanted]
+
+    # -- evaluation ----------------------------------------------------------------------------
+    def _evaluate(self, batch: Batch, timings: dict) -> None:
+        forward_in = batch.select(tensor_keys=FORWARD_KEYS, non_tensor_keys=[], meta_keys=[])
+        with timed("old_log_prob", timings):
+            batch.union(self.roles["actor_rollout"].dp("compute_log_prob", forward_in)[0])
+        if self.use_ref:
+            with timed("ref", timings):
+                batch.union(self.roles["ref"].dp("compute_ref_log_prob", forward_in)[0])
+        if self.use_critic:
+            with timed("values", timings):
+                batch.union(self.roles["critic"].dp("compute_values", forward_in)[0])
+
+    def _advantages(self, batch: Batch, metrics: dict) -> None:
+        algo = self.cfg.algorithm
+        t = batch.tensors
+        mask = t["response_mask"].float()
+        if algo.use_kl_in_reward:
+            rewards, kl_metrics = apply_kl_penalty(t["token_level_scores"], t["old_log_probs"], t["ref_log_probs"],
+                                                   mask, self.kl_ctrl, algo.kl_penalty)
+            metrics.update(kl_metrics)
+        else:
+            rewards = t["token_level_scores"]
+        t["token_level_rewards"] = rewards
+        t["advantages"], t["returns"] = self.estimator(
+            rewards, mask, values=t.get("values", None), index=batch.non_tensors["uid"],
+            gamma=algo.gamma, lam=algo.lam, norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo,
+            reward_baselines=t.get("reward_baselines", None))
+
+    # -- update --------------------------------------------------------------------------------
+    def _update(self, batch: Batch, timings: dict, metrics: dict) -> None:
+        if self.use_critic:
+            with timed("update_critic", timings):
+                critic_in = batch.select(tensor_keys=FORWARD_KEYS + ["values", "returns"], non_tensor_keys=[],
+                                         meta_keys=["seed"])
+                metrics.update(_mean_over_ranks(self.roles["critic"].split("update_critic", critic_in)))
+        with timed("update_actor", timings):
+            keys = FORWARD_KEYS + ["old_log_probs", "advantages"]
+            if self.cfg.actor_rollout_ref.actor.use_kl_loss:
+                keys.append("ref_log_probs")
+            actor_in = batch.select(tensor_keys=keys, non_tensor_keys=[], meta_keys=["seed"])
+            metrics.update(_mean_over_ranks(self.roles["actor_rollout"].split("update_actor", actor_in)))
+
+    def step(self, step: int) -> dict[str, float]:
         timings: dict[str, float] = {}
         metrics: dict[str, float] = {}
-        actor, ref, critic = self.roles["actor_rollout"], self.roles["ref"], self.roles["critic"]
         with timed("step", timings):
-            batch = self.dataset.collate(self.sampler.next_indices())
-            batch = batch.repeat(cfg.actor_rollout_ref.rollout.n, interleave=True)
-            seed = cfg.trainer.seed * 1_000_003 + step
-            batch.meta["seed"] = seed
-
-            with timed("gen", timings):
-                gen_in = batch.pop(tensor_keys=GEN_KEYS)
-                gen_in.meta = {"seed": seed}
-                gen_out, metas = actor.dp("generate", gen_in)
-                batch.union(gen_out)
-                metrics.update(_max_over_ranks(metas))
-
-            with timed("reward", timings):
-                scores = score_batch(batch.non_tensors["data_source"], batch.non_tensors["response_text"],
-                                     batch.non_tensors["ground_truth"])
-                batch.tensors["token_level_scores"] = _place_at_last_token(
-                    torch.tensor(scores, dtype=torch.float32), batch.tensors["response_mask"])
-
-            forward_in = batch.select(tensor_keys=FORWARD_KEYS, non_tensor_keys=[], meta_keys=[])
-            with timed("old_log_prob", timings):
-                old, _ = actor.dp("compute_log_prob", forward_in)
-                batch.union(old)
-            needs_ref = cfg.algorithm.use_kl_in_reward
-            if needs_ref:
-                with timed("ref", timings):
-                    ref_out, _ = ref.dp("compute_ref_log_prob", forward_in)
-                    batch.union(ref_out)
-            if self.estimator.needs_critic:
-                with timed("values", timings):
-                    values, _ = critic.dp("compute_values", forward_in)
-                    batch.union(values)
-
+            batch = self._rollout(step, timings, metrics)
+            batch.meta["seed"] = self.cfg.trainer.seed * 1_000_003 + step
+            self._evaluate(batch, timings)
             with timed("adv", timings):
-                mask = batch.tensors["response_mask"].float()
-                if needs_ref:
-                    rewards, kl_metrics = apply_kl_penalty(
-                        batch.tensors["token_level_scores"], batch.tensors["old_log_probs"],
-                        batch.tensors["ref_log_probs"], mask, self.kl_ctrl, cfg.algorithm.kl_penalty)
-                    metrics.update(kl_metrics)
-                else:
-                    rewards = batch.tensors["token_level_scores"]
-                batch.tensors["token_level_rewards"] = rewards
-                advantages, returns = self.estimator(
-                    rewards, mask, values=batch.tensors.get("values", None), index=group_index(batch),
-                    gamma=cfg.algorithm.gamma, lam=cfg.algorithm.lam)
-                batch.tensors["advantages"] = advantages
-                batch.tensors["returns"] = returns
-
-            if self.estimator.needs_critic:
-                with timed("update_critic", timings):
-                    critic_in = batch.select(tensor_keys=FORWARD_KEYS + ["values", "returns"], non_tensor_keys=[],
-                                             meta_keys=["seed"])
-                    metrics.update(_mean_over_ranks(critic.split("update_critic", critic_in)))
-            with timed("update_actor", timings):
-                actor_in = batch.select(tensor_keys=FORWARD_KEYS + ["old_log_probs", "advantages"],
-                                        non_tensor_keys=[], meta_keys=["seed"])
-                metrics.update(_mean_over_ranks(actor.split("update_actor", actor_in)))
-
+                self._advantages(batch, metrics)
+            self._update(batch, timings, metrics)
+        mask = batch.tensors["response_mask"].float()
         metrics["actor/entropy_before_update"] = float(
             (batch.tensors["old_entropy"] * mask).sum() / mask.sum().clamp(min=1))
-        metrics.update(data_metrics(batch, cfg.data.max_response_length))
+        metrics.update(data_metrics(batch, self.cfg.data.max_response_length))
         metrics.update({f"timing_s/{k}": v for k, v in timings.items()})
         metrics.update(throughput_metrics(batch, timings["step"], self.num_workers))
         metrics["training/epoch"] = float(self.sampler.epoch)
-        self.last_batch = batch
         return metrics
 
     def fit(self) -> list[dict[str, float]]:
@@ -143,12 +210,3 @@ class PPOTrainer:
             self.history.append(metrics)
             self.tracker.log(metrics, step)
         return self.history
-
-
-def _place_at_last_token(scores: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
-    """Outcome rewards live on each response's last real token; every other token gets 0."""
-    # scores: (B,), response_mask: (B, R)
-    token_scores = torch.zeros_like(response_mask, dtype=torch.float32)
-    last = (response_mask.sum(-1) - 1).clamp(min=0).long()
-    token_scores[torch.arange(len(scores)), last] = scores
-    return token_scores

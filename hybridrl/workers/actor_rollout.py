@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from hybridrl.algorithms.losses import agg_loss, compute_policy_loss
+from hybridrl.algorithms.losses import agg_loss, compute_kl_loss, get_policy_loss
 from hybridrl.models.loader import load_causal_lm, load_tokenizer
 from hybridrl.parallel.engine import make_engine, state_digest
 from hybridrl.protocol import Batch
@@ -50,7 +50,8 @@ class ActorRolloutRole:
         seed = int(batch.meta.get("seed", 0)) * 1009 + self.ctx.rank
         out = self.rollout.generate(
             batch.tensors["input_ids"].to(self.ctx.device), batch.tensors["attention_mask"].to(self.ctx.device),
-            max_new_tokens=self.cfg.data.max_response_length, do_sample=self.rollout_cfg.do_sample,
+            max_new_tokens=self.cfg.data.max_response_length,
+            do_sample=self.rollout_cfg.do_sample and not batch.meta.get("greedy", False),
             temperature=self.rollout_cfg.temperature, top_k=self.rollout_cfg.top_k,
             top_p=self.rollout_cfg.top_p, seed=seed,
         )
@@ -82,6 +83,9 @@ class ActorRolloutRole:
         n = self.rollout_cfg.n
         mini = cfg.ppo_mini_batch_size * n // self.ctx.world_size
         rows: list[dict[str, float]] = []
+        policy_loss = get_policy_loss(cfg.policy_loss.loss_mode)
+        clip_low = cfg.clip_ratio if cfg.clip_ratio_low is None else cfg.clip_ratio_low
+        clip_high = cfg.clip_ratio if cfg.clip_ratio_high is None else cfg.clip_ratio_high
         generator = torch.Generator().manual_seed(int(batch.meta.get("seed", 0)))
         self.engine.model.train()
         for _ in range(cfg.ppo_epochs):
@@ -95,16 +99,25 @@ class ActorRolloutRole:
                     with self.engine.autocast():
                         log_prob, entropy = policy_forward(self.engine.model, mb, self.rollout_cfg.temperature,
                                                            with_entropy=True)
-                    pg = compute_policy_loss(
+                    pg = policy_loss(
                         mb.tensors["old_log_probs"], log_prob, mb.tensors["advantages"], mask,
-                        clip_ratio_low=cfg.clip_ratio, clip_ratio_high=cfg.clip_ratio,
+                        clip_ratio_low=clip_low, clip_ratio_high=clip_high, clip_ratio_c=cfg.clip_ratio_c,
                         loss_agg_mode=cfg.loss_agg_mode,
                     )
                     entropy_loss = agg_loss(entropy, mask, cfg.loss_agg_mode)
                     loss = pg["pg_loss"] - cfg.entropy_coeff * entropy_loss
+                    row = {"actor/pg_loss": float(pg["pg_loss"].detach()),
+                           "actor/pg_clipfrac": float(pg["pg_clipfrac"]),
+                           "actor/pg_clipfrac_lower": float(pg["pg_clipfrac_lower"]),
+                           "actor/ppo_kl": float(pg["ppo_kl"]), "actor/entropy": float(entropy_loss.detach())}
+                    if cfg.use_kl_loss:
+                        kl = compute_kl_loss(log_prob, mb.tensors["ref_log_probs"], mask, cfg.kl_loss_type,
+                                             cfg.loss_agg_mode)
+                        loss = loss + cfg.kl_loss_coef * kl
+                        row["actor/kl_loss"] = float(kl.detach())
+                        row["actor/kl_coef"] = cfg.kl_loss_coef
                     (loss / len(micros)).backward()
-                    stats.append({"actor/pg_loss": float(pg["pg_loss"].detach()), "actor/pg_clipfrac": float(pg["pg_clipfrac"]),
-                                  "actor/ppo_kl": float(pg["ppo_kl"]), "actor/entropy": float(entropy_loss.detach())})
+                    stats.append(row)
                 row = mean_metrics(stats)
                 row["actor/grad_norm"] = self.engine.step(cfg.grad_clip)
                 rows.append(row)

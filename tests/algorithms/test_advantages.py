@@ -10,6 +10,10 @@ from hybridrl.algorithms import (
     ADV_ESTIMATORS,
     compute_gae_advantage_return,
     compute_grpo_outcome_advantage,
+    compute_reinforce_plus_plus_baseline_outcome_advantage,
+    compute_reinforce_plus_plus_outcome_advantage,
+    compute_remax_outcome_advantage,
+    compute_rloo_outcome_advantage,
     get_adv_estimator,
     masked_mean,
     masked_sum,
@@ -258,3 +262,217 @@ def test_register_new_and_duplicate():
             register_adv_estimator(name)(_fn)
     finally:
         ADV_ESTIMATORS.pop(name, None)
+
+
+# --------------------------------------------------------------------------- #
+# critic-free estimators: rloo, reinforce++, reinforce++-baseline, remax
+# --------------------------------------------------------------------------- #
+
+# B=4 in 2 groups that are not adjacent (string ids), T=3, row 1 padded at t=2.
+OUT_REWARDS = [
+    [0.0, 0.0, 1.0],  # group "p", score 1
+    [0.0, 2.0, 0.0],  # group "q", score 2 (t=2 is padding)
+    [0.0, 0.0, 3.0],  # group "p", score 3
+    [1.0, 1.0, 2.0],  # group "q", score 4
+]
+OUT_MASK = [[1, 1, 1], [1, 1, 0], [1, 1, 1], [1, 1, 1]]
+OUT_INDEX = np.array(["p", "q", "p", "q"], dtype=object)
+OUT_BASELINES = [0.5, 1.0, 2.0, 10.0]
+
+
+def _bcast(per_row, mask=OUT_MASK):
+    """Hand-broadcast one value per row to its valid tokens, 0 at padding."""
+    return [[v if m else 0.0 for m in row_mask] for v, row_mask in zip(per_row, mask)]
+
+
+def _assert_rows(got, expected):
+    for g, e in zip(got.tolist(), expected):
+        assert g == pytest.approx(e)
+
+
+def test_rloo_matches_hand_computation():
+    adv, ret = compute_rloo_outcome_advantage(t(OUT_REWARDS), torch.tensor(OUT_MASK), OUT_INDEX)
+    # group p (rows 0, 2): 1 - 3 = -2 ; 3 - 1 = 2 ; group q (rows 1, 3): 2 - 4 = -2 ; 4 - 2 = 2
+    _assert_rows(adv, _bcast([-2.0, -2.0, 2.0, 2.0]))
+    assert adv[1, 2].item() == 0.0
+    assert torch.equal(ret, adv)
+
+
+def test_rloo_leave_one_out_mean_and_singleton_group():
+    r = t([[1.0], [5.0], [4.0], [2.0], [7.0], [9.0]])
+    m = torch.ones(6, 1)
+    index = np.array(["a", "b", "a", "b", "a", "c"], dtype=object)
+    adv, _ = compute_rloo_outcome_advantage(r, m, index)
+    # a = rows 0, 2, 4 with scores 1, 4, 7:
+    #   row0: 1 - (4 + 7)/2 = -4.5 ; row2: 4 - (1 + 7)/2 = 0 ; row4: 7 - (1 + 4)/2 = 4.5
+    #   (= 3/2 * (s - 4): -4.5, 0, 4.5)
+    # b = rows 1, 3 with scores 5, 2: 5 - 2 = 3 ; 2 - 5 = -3
+    # c = row 5 alone: no baseline, advantage 0
+    assert adv.squeeze(-1).tolist() == pytest.approx([-4.5, 3.0, 0.0, -3.0, 4.5, 0.0])
+
+
+def test_rloo_int_ids_and_tensor_index():
+    r, m = t(OUT_REWARDS), torch.tensor(OUT_MASK)
+    base, _ = compute_rloo_outcome_advantage(r, m, OUT_INDEX)
+    for index in (np.array([7, 3, 7, 3]), torch.tensor([7, 3, 7, 3])):
+        adv, _ = compute_rloo_outcome_advantage(r, m, index)
+        assert torch.equal(adv, base)
+
+
+# REINFORCE++ with gamma = 0.5, G_t = r_t + 0.5 * G_{t+1}:
+#   row0 [0, 0, 1]: G2 = 1, G1 = 0.5, G0 = 0.25
+#   row1 [0, 2, pad]: G1 = 2, G0 = 1
+#   row2 [0, 0, 3]: G2 = 3, G1 = 1.5, G0 = 0.75
+#   row3 [1, 1, 2]: G2 = 2, G1 = 1 + 1 = 2, G0 = 1 + 1 = 2
+RPP_RETURNS = [[0.25, 0.5, 1.0], [1.0, 2.0, 0.0], [0.75, 1.5, 3.0], [2.0, 2.0, 2.0]]
+
+
+def test_reinforce_plus_plus_matches_hand_computation():
+    adv, ret = compute_reinforce_plus_plus_outcome_advantage(
+        t(OUT_REWARDS), torch.tensor(OUT_MASK), gamma=0.5
+    )
+    _assert_rows(ret, RPP_RETURNS)
+    # whitening over the 11 valid returns
+    flat = [0.25, 0.5, 1.0, 1.0, 2.0, 0.75, 1.5, 3.0, 2.0, 2.0, 2.0]
+    mean = 16.0 / 11  # 1.75 + 3 + 5.25 + 6 = 16
+    assert sum(flat) / 11 == pytest.approx(mean)
+    var = sum((g - mean) ** 2 for g in flat) / 10  # unbiased
+    std = math.sqrt(var + 1e-8)
+    expected = [[(g - mean) / std if m else 0.0 for g, m in zip(row, mrow)]
+                for row, mrow in zip(RPP_RETURNS, OUT_MASK)]
+    _assert_rows(adv, expected)
+    assert adv[1, 2].item() == 0.0 and ret[1, 2].item() == 0.0
+
+
+def test_reinforce_plus_plus_padding_is_passed_through_not_reset():
+    # padding in the middle: its reward is ignored and the running return crosses it
+    r = t([[1.0, 100.0, 2.0]])
+    m = torch.tensor([[1, 0, 1]])
+    _, ret = compute_reinforce_plus_plus_outcome_advantage(r, m, gamma=0.5)
+    # G2 = 2 ; t=1 padding emits 0 and keeps 2 ; G0 = 1 + 0.5 * 2 = 2
+    assert ret.tolist() == [[2.0, 0.0, 2.0]]
+
+
+def test_reinforce_plus_plus_baseline_matches_hand_computation():
+    adv, ret = compute_reinforce_plus_plus_baseline_outcome_advantage(
+        t(OUT_REWARDS), torch.tensor(OUT_MASK), OUT_INDEX
+    )
+    # group p: scores 1, 3, mean 2 -> -1, +1 ; group q: scores 2, 4, mean 3 -> -1, +1
+    # broadcast: -1 on 5 valid tokens (rows 0, 1), +1 on 6 (rows 2, 3)
+    # mean = (-5 + 6) / 11 = 1/11 ; deviations -12/11 (x5), 10/11 (x6)
+    # sum of squares = (5*144 + 6*100) / 121 = 120/11 ; unbiased var = 12/11
+    std = math.sqrt(12 / 11 + 1e-8)
+    lo, hi = (-12 / 11) / std, (10 / 11) / std
+    _assert_rows(adv, _bcast([lo, lo, hi, hi]))
+    assert adv[1, 2].item() == 0.0
+    assert torch.equal(ret, adv)
+
+
+def test_reinforce_plus_plus_baseline_singleton_group_is_zero_before_whitening():
+    r = t([[1.0], [3.0], [5.0]])
+    adv, _ = compute_reinforce_plus_plus_baseline_outcome_advantage(
+        r, torch.ones(3, 1), np.array(["a", "a", "b"], dtype=object)
+    )
+    # centred: -1, +1, 0 (b is alone) ; mean 0, unbiased var (1 + 1 + 0)/2 = 1
+    assert adv.squeeze(-1).tolist() == pytest.approx([-1.0, 1.0, 0.0])
+
+
+def test_remax_matches_hand_computation():
+    adv, ret = compute_remax_outcome_advantage(
+        t(OUT_REWARDS), t(OUT_BASELINES), torch.tensor(OUT_MASK)
+    )
+    # reward-to-go (gamma = 1): row0 1,1,1 ; row1 2,2,pad ; row2 3,3,3 ; row3 4,3,2
+    _assert_rows(ret, [[1.0, 1.0, 1.0], [2.0, 2.0, 0.0], [3.0, 3.0, 3.0], [4.0, 3.0, 2.0]])
+    # minus the row's greedy baseline 0.5, 1, 2, 10 ; no whitening
+    _assert_rows(adv, [[0.5, 0.5, 0.5], [1.0, 1.0, 0.0], [1.0, 1.0, 1.0], [-6.0, -7.0, -8.0]])
+
+
+def test_remax_without_baselines_raises():
+    with pytest.raises(ValueError, match="reward_baselines"):
+        get_adv_estimator("remax")(t(OUT_REWARDS), torch.tensor(OUT_MASK), index=OUT_INDEX)
+
+
+def test_remax_baseline_shape_checked():
+    with pytest.raises(ValueError, match="reward_baselines"):
+        compute_remax_outcome_advantage(t(OUT_REWARDS), t([[1.0]] * 4), torch.tensor(OUT_MASK))
+
+
+@pytest.mark.parametrize("name", ["rloo", "reinforce_plus_plus_baseline"])
+def test_group_estimators_need_index(name):
+    with pytest.raises(ValueError, match="index"):
+        get_adv_estimator(name)(t(OUT_REWARDS), torch.tensor(OUT_MASK))
+
+
+NEW_ESTIMATORS = ["rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax"]
+
+
+def _call(name, rewards):
+    return get_adv_estimator(name)(
+        rewards, torch.tensor(OUT_MASK), values=None, index=OUT_INDEX, gamma=0.5, lam=0.9,
+        norm_adv_by_std_in_grpo=True, eps=1e-6, reward_baselines=t(OUT_BASELINES),
+    )
+
+
+@pytest.mark.parametrize("name", NEW_ESTIMATORS)
+@pytest.mark.parametrize("pad", [NAN, float("inf"), float("-inf"), 1e9])
+def test_new_estimators_padding_never_leaks(name, pad):
+    base_adv, base_ret = _call(name, t(OUT_REWARDS))
+    r = t(OUT_REWARDS)
+    r[1, 2] = pad
+    adv, ret = _call(name, r)
+    assert torch.equal(adv, base_adv) and torch.equal(ret, base_ret)
+    assert torch.isfinite(adv).all() and torch.isfinite(ret).all()
+
+
+def test_registry_adapters_match_direct_calls():
+    r, m = t(OUT_REWARDS), torch.tensor(OUT_MASK)
+    pairs = {
+        "rloo": compute_rloo_outcome_advantage(r, m, OUT_INDEX),
+        "reinforce_plus_plus": compute_reinforce_plus_plus_outcome_advantage(r, m, 0.5),
+        "reinforce_plus_plus_baseline":
+            compute_reinforce_plus_plus_baseline_outcome_advantage(r, m, OUT_INDEX),
+        "remax": compute_remax_outcome_advantage(r, t(OUT_BASELINES), m),
+    }
+    for name, (direct_adv, direct_ret) in pairs.items():
+        adv, ret = _call(name, r)
+        assert torch.equal(adv, direct_adv) and torch.equal(ret, direct_ret), name
+    # gae and grpo accept (and ignore) reward_baselines
+    common = dict(values=t(OUT_REWARDS), index=OUT_INDEX, reward_baselines=t(OUT_BASELINES))
+    for name in ("gae", "grpo"):
+        get_adv_estimator(name)(r, m, **common)
+
+
+def test_registry_flags():
+    expected = {
+        # name: (needs_critic, needs_groups, needs_greedy_baseline)
+        "gae": (True, False, False),
+        "grpo": (False, True, False),
+        "rloo": (False, True, False),
+        "reinforce_plus_plus": (False, False, False),
+        "reinforce_plus_plus_baseline": (False, True, False),
+        "remax": (False, False, True),
+    }
+    for name, flags in expected.items():
+        e = get_adv_estimator(name)
+        assert (e.needs_critic, e.needs_groups, e.needs_greedy_baseline) == flags, name
+
+
+def test_register_with_new_flags():
+    name = "_test_only_flags"
+    try:
+
+        @register_adv_estimator(name, needs_groups=True, needs_greedy_baseline=True)
+        def _fn(token_level_rewards, response_mask, **kwargs):
+            return token_level_rewards, token_level_rewards
+
+        e = get_adv_estimator(name)
+        assert (e.needs_critic, e.needs_groups, e.needs_greedy_baseline) == (False, True, True)
+    finally:
+        ADV_ESTIMATORS.pop(name, None)
+
+
+@pytest.mark.parametrize("name", NEW_ESTIMATORS)
+def test_new_estimators_do_not_track_grad(name):
+    r = t(OUT_REWARDS).requires_grad_(True)
+    adv, ret = _call(name, r)
+    assert not adv.requires_grad and not ret.requires_grad

@@ -6,10 +6,14 @@ import pytest
 import torch
 
 from hybridrl.algorithms import (
+    POLICY_LOSSES,
     agg_loss,
+    compute_kl_loss,
     compute_policy_loss,
+    compute_policy_loss_gspo,
     compute_value_loss,
     entropy_from_logits,
+    get_policy_loss,
     kl_penalty,
     log_probs_from_logits,
 )
@@ -316,3 +320,230 @@ def test_low_var_kl_is_clamped():
 def test_kl_penalty_unknown_kind():
     with pytest.raises(ValueError, match="low_var_kl"):
         kl_penalty(t(LP), t(REF), "full")
+
+
+
+# --------------------------------------------------------------------------- #
+# policy-loss registry and GSPO
+# --------------------------------------------------------------------------- #
+
+
+def test_policy_loss_registry():
+    assert get_policy_loss("vanilla") is compute_policy_loss
+    assert get_policy_loss("gspo") is compute_policy_loss_gspo
+    assert set(POLICY_LOSSES) == {"vanilla", "gspo"}
+    with pytest.raises(ValueError, match="gspo") as info:
+        get_policy_loss("ppo2")
+    assert "vanilla" in str(info.value) and "ppo2" in str(info.value)
+
+
+# Row 0: token log-ratios 0.3, -0.1, 0.1 -> mean 0.1  -> s0 = e^0.1  ~ 1.1052, A = +1
+# Row 1: token log-ratios 0.2, -0.6 (t=2 padding) -> mean -0.2 -> s1 = e^-0.2 ~ 0.8187, A = -1
+GSPO_LOG_RATIOS = [[0.3, -0.1, 0.1], [0.2, -0.6]]
+GSPO_OLD = [[-1.0, -1.0, -1.0], [-1.0, -1.0, 1000.0]]  # 1000 is padding garbage
+GSPO_ADV = [[1.0, 1.0, 1.0], [-1.0, -1.0, NAN]]  # NaN is padding garbage
+GSPO_MASK = [[1, 1, 1], [1, 1, 0]]
+S0, S1 = math.exp(0.1), math.exp(-0.2)
+
+
+def _gspo_log_prob(pad=NAN):
+    return torch.tensor(
+        [[-1.0 + x for x in GSPO_LOG_RATIOS[0]], [-1.0 + x for x in GSPO_LOG_RATIOS[1]] + [pad]],
+        dtype=torch.float64,
+        requires_grad=True,
+    )
+
+
+def _gspo(lp, **kwargs):
+    return compute_policy_loss_gspo(t(GSPO_OLD), lp, t(GSPO_ADV), torch.tensor(GSPO_MASK), **kwargs)
+
+
+# Clip range [1 - 0.2, 1 + 0.05] = [0.8, 1.05]; every token of a row has the row's ratio:
+#   row 0: s0 = 1.1052, A = +1: l1 = -1.1052, l2 = -1.05   -> -1.05 (clipped, 3 tokens)
+#   row 1: s1 = 0.8187, A = -1: l1 = 0.8187,  l2 = 0.8187  ->  0.8187 (not clipped)
+GSPO_CLIP = dict(clip_ratio_low=0.2, clip_ratio_high=0.05)
+
+
+def test_gspo_matches_hand_computation():
+    out = _gspo(_gspo_log_prob(), **GSPO_CLIP, loss_agg_mode="seq-mean-token-mean")
+    assert set(out) == {"pg_loss", "pg_clipfrac", "ppo_kl", "pg_clipfrac_lower"}
+    # row means -1.05 and s1, mean over the 2 rows
+    assert out["pg_loss"].item() == pytest.approx((-1.05 + S1) / 2)
+    assert out["pg_clipfrac"].item() == pytest.approx(3 / 5)
+    assert out["pg_clipfrac_lower"].item() == 0.0
+    # ppo_kl: token mean of old - new = -(0.3 - 0.1 + 0.1 + 0.2 - 0.6)/5 = 0.02
+    assert out["ppo_kl"].item() == pytest.approx(0.02)
+    assert out["pg_loss"].requires_grad and not out["ppo_kl"].requires_grad
+
+    # token-mean weighs row 0's 3 tokens against row 1's 2
+    out_tm = _gspo(_gspo_log_prob(), **GSPO_CLIP, loss_agg_mode="token-mean")
+    assert out_tm["pg_loss"].item() == pytest.approx((3 * -1.05 + 2 * S1) / 5)
+
+
+def test_gspo_default_aggregation_is_seq_mean_token_mean():
+    default = _gspo(_gspo_log_prob(), **GSPO_CLIP)
+    explicit = _gspo(_gspo_log_prob(), **GSPO_CLIP, loss_agg_mode="seq-mean-token-mean")
+    assert default["pg_loss"].item() == explicit["pg_loss"].item()
+
+
+def test_gspo_sequence_ratio_is_exp_of_mean_log_ratio():
+    # wide clip range: nothing clipped, so loss_i = -A_i * s_i with s_i = exp(mean log-ratio)
+    adv = t([[-1.0, -1.0, -1.0], [0.0, 0.0, NAN]])  # only row 0 counts
+    out = compute_policy_loss_gspo(
+        t(GSPO_OLD), _gspo_log_prob(), adv, torch.tensor(GSPO_MASK),
+        clip_ratio_low=0.9, clip_ratio_high=10.0, loss_agg_mode="seq-mean-token-sum",
+    )
+    # row 0: token sum = 3 * e^0.1 (every token carries s0, NOT its own e^0.3, e^-0.1, e^0.1) ; row 1: 0
+    assert out["pg_loss"].item() == pytest.approx(3 * S0 / 2)
+    assert out["pg_loss"].item() != pytest.approx((math.exp(0.3) + math.exp(-0.1) + math.exp(0.1)) / 2)
+    # row 1 alone: padding (log-ratio 1000 - NaN) is not part of the mean
+    adv1 = t([[0.0, 0.0, 0.0], [-1.0, -1.0, NAN]])
+    out1 = compute_policy_loss_gspo(
+        t(GSPO_OLD), _gspo_log_prob(), adv1, torch.tensor(GSPO_MASK),
+        clip_ratio_low=0.9, clip_ratio_high=10.0, loss_agg_mode="seq-mean-token-mean",
+    )
+    assert out1["pg_loss"].item() == pytest.approx(S1 / 2)
+
+
+def test_gspo_gradient_manual():
+    lp = _gspo_log_prob()
+    out = _gspo(lp, **GSPO_CLIP, loss_agg_mode="seq-mean-token-mean")
+    out["pg_loss"].backward()
+    # row 0 is clipped -> 0. Row 1: pg_loss = 1/2 * (1/2) * sum_t (-A) * s_1,t and
+    # d s_1,t / d lp_1,t = s1 (sg construction), so each valid token gets 1/2 * 1/2 * s1.
+    # (Same as differentiating the sequence objective -A * exp(mean log-ratio) / 2:
+    #  d/d lp_1,t = s1 / |y_1| / 2.)  Padding: 0, and finite despite the NaN log-prob.
+    expected = [[0.0, 0.0, 0.0], [0.25 * S1, 0.25 * S1, 0.0]]
+    assert torch.isfinite(lp.grad).all()
+    for got, exp in zip(lp.grad.tolist(), expected):
+        assert got == pytest.approx(exp)
+
+
+@pytest.mark.parametrize("mode", ["seq-mean-token-mean", "token-mean", "seq-mean-token-sum"])
+def test_gspo_gradient_matches_finite_difference(mode):
+    # The sg construction gives each token the gradient s_i, while the true derivative of
+    # s_i = exp(mean log-ratio) is s_i / |y_i| per token; both sum to the same row gradient,
+    # so for any aggregation that weighs a row's tokens equally, autograd == finite difference.
+    kw = dict(clip_ratio_low=0.9, clip_ratio_high=10.0, loss_agg_mode=mode)  # nothing clipped
+    adv = t([[1.5, 1.5, 1.5], [-0.5, -0.5, NAN]])
+    mask = torch.tensor(GSPO_MASK)
+
+    def loss(lp):
+        return compute_policy_loss_gspo(t(GSPO_OLD), lp, adv, mask, **kw)["pg_loss"]
+
+    lp = _gspo_log_prob(pad=0.0)
+    loss(lp).backward()
+    h = 1e-6
+    for b, tt in [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1)]:
+        plus, minus = lp.detach().clone(), lp.detach().clone()
+        plus[b, tt] += h
+        minus[b, tt] -= h
+        fd = (loss(plus).item() - loss(minus).item()) / (2 * h)
+        assert lp.grad[b, tt].item() == pytest.approx(fd, rel=1e-6, abs=1e-9), (b, tt)
+    assert lp.grad[1, 2].item() == 0.0
+
+
+def test_gspo_dual_clip():
+    # one row, log-ratios 2, 2 -> s = e^2 ~ 7.39, A = -1: loss 7.39 capped at -A * 3 = 3
+    old = t([[0.0, 0.0]])
+    lp = t([[2.0, 2.0]])
+    out = compute_policy_loss_gspo(old, lp, t([[-1.0, -1.0]]), torch.ones(1, 2), clip_ratio_c=3.0)
+    assert out["pg_loss"].item() == pytest.approx(3.0)
+    assert out["pg_clipfrac_lower"].item() == pytest.approx(1.0)
+    without = compute_policy_loss_gspo(old, lp, t([[-1.0, -1.0]]), torch.ones(1, 2))
+    assert without["pg_loss"].item() == pytest.approx(math.exp(2.0))
+    with pytest.raises(ValueError):
+        compute_policy_loss_gspo(old, lp, t([[-1.0, -1.0]]), torch.ones(1, 2), clip_ratio_c=0.5)
+
+
+def test_gspo_padding_garbage_does_not_change_result():
+    base = _gspo(_gspo_log_prob(pad=0.0), **GSPO_CLIP, clip_ratio_c=3.0)
+    old2, adv2 = t(GSPO_OLD), t(GSPO_ADV)
+    old2[1, 2], adv2[1, 2] = -1e9, 1e9
+    for pad in (NAN, float("inf"), float("-inf")):
+        lp = _gspo_log_prob(pad=pad)
+        other = compute_policy_loss_gspo(
+            old2, lp, adv2, torch.tensor(GSPO_MASK), **GSPO_CLIP, clip_ratio_c=3.0
+        )
+        for k in base:
+            assert torch.equal(base[k].detach(), other[k].detach()), k
+        other["pg_loss"].backward()
+        assert torch.isfinite(lp.grad).all() and lp.grad[1, 2].item() == 0.0
+
+
+def test_gspo_same_signature_as_vanilla():
+    # the registry is called positionally/by keyword exactly like compute_policy_loss
+    args = (t(OLD_LP), _policy_inputs()[1], t(ADV), torch.tensor(PG_MASK))
+    kw = dict(clip_ratio_low=0.2, clip_ratio_high=0.2, clip_ratio_c=3.0, loss_agg_mode="token-mean")
+    for name in POLICY_LOSSES:
+        out = get_policy_loss(name)(*args, **kw)
+        assert set(out) == {"pg_loss", "pg_clipfrac", "ppo_kl", "pg_clipfrac_lower"}
+        assert torch.isfinite(out["pg_loss"])
+
+
+# --------------------------------------------------------------------------- #
+# kl loss (use_kl_loss)
+# --------------------------------------------------------------------------- #
+
+# valid lp - ref: 0.5, -1.0, 0.0 (row 0) ; -0.2 (row 1) ; row 1 t=1,2 are padding garbage
+KL_LP = [[-1.0, -2.0, -0.5], [-1.0, NAN, float("inf")]]
+KL_REF = [[-1.5, -1.0, -0.5], [-0.8, NAN, 7.0]]
+KL_MASK = [[1, 1, 1], [1, 0, 0]]
+KL_X = [-0.5, 1.0, 0.0, 0.2]  # ref - lp on the 4 valid tokens
+
+
+def _k3(x):
+    return math.exp(x) - x - 1
+
+
+@pytest.mark.parametrize(
+    "kind, expected",
+    [
+        ("kl", (0.5 - 1.0 + 0.0 - 0.2) / 4),  # -0.175
+        ("k1", (0.5 - 1.0 + 0.0 - 0.2) / 4),
+        ("abs", (0.5 + 1.0 + 0.0 + 0.2) / 4),  # 0.425
+        ("mse", 0.5 * (0.25 + 1.0 + 0.0 + 0.04) / 4),  # 0.16125
+        ("k2", 0.5 * (0.25 + 1.0 + 0.0 + 0.04) / 4),
+        ("low_var_kl", sum(_k3(x) for x in KL_X) / 4),
+        ("k3", sum(_k3(x) for x in KL_X) / 4),
+    ],
+)
+def test_kl_loss_token_mean(kind, expected):
+    lp = t(KL_LP).requires_grad_(True)
+    ref = t(KL_REF).requires_grad_(True)
+    loss = compute_kl_loss(lp, ref, torch.tensor(KL_MASK), kind)
+    assert loss.dim() == 0
+    assert loss.item() == pytest.approx(expected)
+    loss.backward()
+    assert torch.isfinite(lp.grad).all()
+    assert lp.grad[1, 1].item() == 0.0 and lp.grad[1, 2].item() == 0.0
+    assert ref.grad is None  # the reference is detached
+
+
+def test_kl_loss_gradients():
+    mask = torch.tensor(KL_MASK)
+    # k1: d/dlp (lp - ref)/4 = 1/4 on valid tokens
+    lp = t(KL_LP).requires_grad_(True)
+    compute_kl_loss(lp, t(KL_REF), mask, "k1").backward()
+    assert lp.grad.tolist()[0] == pytest.approx([0.25, 0.25, 0.25])
+    assert lp.grad.tolist()[1] == pytest.approx([0.25, 0.0, 0.0])
+    # k2: d/dlp 0.5 (lp - ref)^2 / 4 = (lp - ref)/4 -> 0.125, -0.25, 0, -0.05
+    lp = t(KL_LP).requires_grad_(True)
+    compute_kl_loss(lp, t(KL_REF), mask, "k2").backward()
+    assert lp.grad.tolist()[0] == pytest.approx([0.125, -0.25, 0.0])
+    assert lp.grad.tolist()[1] == pytest.approx([-0.05, 0.0, 0.0])
+    # k3: x = ref - lp, d/dlp (e^x - x - 1)/4 = (1 - e^x)/4
+    lp = t(KL_LP).requires_grad_(True)
+    compute_kl_loss(lp, t(KL_REF), mask, "k3").backward()
+    exp_grad = [(1 - math.exp(x)) / 4 for x in KL_X]
+    assert lp.grad.tolist()[0] == pytest.approx(exp_grad[:3])
+    assert lp.grad.tolist()[1] == pytest.approx([exp_grad[3], 0.0, 0.0])
+
+
+def test_kl_loss_agg_mode_and_unknown_kind():
+    loss = compute_kl_loss(t(KL_LP), t(KL_REF), torch.tensor(KL_MASK), "k1",
+                           loss_agg_mode="seq-mean-token-mean")
+    # row means (0.5 - 1 + 0)/3 = -1/6 and -0.2, mean over 2 rows
+    assert loss.item() == pytest.approx((-1 / 6 - 0.2) / 2)
+    with pytest.raises(ValueError, match="low_var_kl"):
+        compute_kl_loss(t(KL_LP), t(KL_REF), torch.tensor(KL_MASK), "full")

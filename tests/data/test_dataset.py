@@ -23,7 +23,7 @@ def test_collate_left_pads_and_keeps_columns():
     ds = PromptDataset(make_task("copy", num_digits=3).examples(4, seed=0), tok, max_prompt_length=8)
     batch = ds.collate([0, 1])
     assert batch.tensors["input_ids"].shape == (2, 4)
-    assert list(batch.non_tensors["uid"]) == ["0", "1"]
+    assert list(batch.non_tensors["index"]) == [0, 1]
     assert tok.decode(batch.tensors["input_ids"][0]) == ds.examples[0].prompt
 
 
