@@ -1,4 +1,4 @@
-"""The ``hybridrl`` command: ``train`` and ``config show``."""
+"""The ``hybridrl`` command: ``train``, ``config show`` and ``report``."""
 
 from __future__ import annotations
 
@@ -16,12 +16,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     config_sub = config.add_subparsers(dest="config_command", required=True)
     show = config_sub.add_parser("show", help="print the resolved config")
     show.add_argument("overrides", nargs="*", help="dotted overrides, e.g. trainer.total_steps=20")
+    report = sub.add_parser("report", help="write a self-contained HTML report of a finished (or running) run")
+    report.add_argument("run_dir", help="the run's output directory (trainer.output_dir)")
+    report.add_argument("--out", default=None, help="where to write the HTML (default: RUN_DIR/report.html)")
     args = parser.parse_args(argv)
 
     if args.command == "train":
         from hybridrl.trainer.main_ppo import main as train_main
 
         return train_main(args.overrides)
+    if args.command == "report":
+        return _report(args.run_dir, args.out)
     from hybridrl.config.loader import ConfigError, load_config, to_yaml
 
     try:
@@ -30,6 +35,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"Config error: {exc}\n")
         return 2
     sys.stdout.write(to_yaml(cfg))
+    return 0
+
+
+def _report(run_dir: str, out: str | None) -> int:
+    """``hybridrl report``: exit 2 with one clear line when there is no run to report on."""
+    from pathlib import Path
+
+    from hybridrl.tracking.report import write_report
+
+    path = Path(run_dir)
+    if not path.is_dir():
+        sys.stderr.write(f"Report error: run directory not found: {path}\n")
+        return 2
+    try:
+        written = write_report(path, Path(out) if out else None)
+    except (FileNotFoundError, ValueError) as exc:
+        sys.stderr.write(f"Report error: {exc}\n")
+        return 2
+    sys.stdout.write(f"{written}\n")
     return 0
 
 

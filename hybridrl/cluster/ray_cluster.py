@@ -39,7 +39,7 @@ def connect(ray_cfg: Any, cpus_needed: float) -> ClusterInfo:
     """
     import ray
 
-    runtime_env = {"env_vars": _worker_env()}
+    runtime_env = {"env_vars": _worker_env(dict(ray_cfg.env_vars or {}))}
     if ray_cfg.address:
         ctx = ray.init(address=ray_cfg.address, runtime_env=runtime_env, logging_level=logging.WARNING,
                  log_to_driver=True)
@@ -70,10 +70,33 @@ def disconnect() -> None:
         ray.shutdown()  # ends a cluster this process started; only detaches from an existing one
 
 
-def _worker_env() -> dict[str, str]:
+def _worker_env(user_env: dict[str, str]) -> dict[str, str]:
+    """Environment for every worker: quiet libraries, the driver's NCCL_*/GLOO_* settings
+    (NCCL_DEBUG, NCCL_DEBUG_FILE, NCCL_SOCKET_IFNAME, ...) and ``trainer.ray.env_vars``."""
     env = {"TOKENIZERS_PARALLELISM": "false", "TRANSFORMERS_VERBOSITY": "error",
            "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
-    for key, value in os.environ.items():  # communication debugging reaches every worker
-        if key.startswith("NCCL_") or key.startswith("GLOO_") or key.startswith("TORCH_DISTRIBUTED"):
+    for key, value in os.environ.items():
+        if key.startswith(("NCCL_", "GLOO_", "TORCH_DISTRIBUTED", "TORCH_NCCL")):
             env[key] = value
+    env.update({str(k): str(v) for k, v in user_env.items()})
     return env
+
+
+def object_store_stats() -> dict[str, float]:
+    """Object-store use and spilling across the cluster (one GCS query: call it every few steps)."""
+    import re
+
+    from ray._private.internal_api import memory_summary  # no public API reports spilling
+
+    text = memory_summary(stats_only=True)
+    stats: dict[str, float] = {}
+    used = re.search(r"Plasma memory usage (\d+) MiB, (\d+) objects", text)
+    if used:
+        stats["ray/object_store_used_mb"] = float(used.group(1))
+        stats["ray/object_store_objects"] = float(used.group(2))
+    spilled = re.search(r"Spilled (\d+) MiB, (\d+) objects", text)
+    stats["ray/spilled_mb"] = float(spilled.group(1)) if spilled else 0.0
+    stats["ray/spilled_objects"] = float(spilled.group(2)) if spilled else 0.0
+    restored = re.search(r"Restored (\d+) MiB, (\d+) objects", text)
+    stats["ray/restored_objects"] = float(restored.group(2)) if restored else 0.0
+    return stats

@@ -9,18 +9,19 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import Any, Callable
 
 from hybridrl.cluster.errors import PoolPlacementError, WorkerCallError, WorkerCallTimeout
 from hybridrl.cluster.resource_pool import PoolSpec
 from hybridrl.protocol import Batch
+from hybridrl.workers.tracing import CallResult
 
 logger = logging.getLogger(__name__)
 
 
 class WorkerGroup:
     def __init__(self, pool: PoolSpec, roles: list[str], cfg: Any, model_path: str, tokenizer_path: str,
-                 start_timeout_s: float, call_timeout_s: float) -> None:
+                 start_timeout_s: float, call_timeout_s: float, monitor: Any | None = None) -> None:
         import ray
         from omegaconf import OmegaConf
         from ray.util.placement_group import placement_group
@@ -32,6 +33,7 @@ class WorkerGroup:
         self.roles = list(roles)
         self.name = "+".join(self.roles)
         self.call_timeout_s = call_timeout_s
+        self.monitor = monitor  # a RunMonitor: timeline, stragglers, resources (optional)
         self.actors: list[Any] = []
         self.placement_group = placement_group(pool.bundles(), strategy="PACK", name=f"hybridrl-{pool.name}")
         try:
@@ -92,28 +94,36 @@ class WorkerGroup:
                 raise WorkerCallTimeout(self.name, [index[ready[0]]], method, timeout_s) from None
         return ray.get(refs)
 
-    def call_all(self, role: str, method: str, *args: Any, **kwargs: Any) -> list[Any]:
-        """Run ``role.method(*args)`` on every rank and return the per-rank results."""
-        refs = [a.call.remote(role, method, *args, **kwargs) for a in self.actors]
-        return self._wait(refs, f"{role}.{method}")
+    def _gather(self, refs: list[Any], name: str) -> list[CallResult]:
+        results = self._wait(refs, name)
+        if self.monitor is not None:
+            self.monitor.on_call(self.name, name, results)
+        return results
 
-    def call_split(self, role: str, method: str, batch: Batch) -> list[Any]:
+    def call_all(self, role: str, method: str, *args: Any, **kwargs: Any) -> list[Any]:
+        """Run ``role.method(*args)`` on every rank and return the per-rank values."""
+        refs = [a.call.remote(role, method, *args, **kwargs) for a in self.actors]
+        return [r.value for r in self._gather(refs, f"{role}.{method}")]
+
+    def execute_all(self, fn: Callable[..., Any], *args: Any) -> list[Any]:
+        """Run ``fn(worker, *args)`` on every rank (diagnostics); returns the per-rank values."""
+        refs = [a.execute.remote(fn, *args) for a in self.actors]
+        return [r.value for r in self._gather(refs, getattr(fn, "__name__", "execute"))]
+
+    def call_split(self, role: str, method: str, batch: Batch) -> list[CallResult]:
         """Give each rank its equal shard of ``batch``; return the per-rank results in rank order."""
         shards = batch.split(self.world_size)
         refs = [a.call.remote(role, method, shard) for a, shard in zip(self.actors, shards)]
-        return self._wait(refs, f"{role}.{method}")
+        return self._gather(refs, f"{role}.{method}")
 
-    def call_dp(self, role: str, method: str, batch: Batch) -> tuple[Batch, list[dict[str, Any]]]:
-        """Split ``batch`` over the ranks, run ``role.method`` on each shard, gather in order.
+    def call_dp(self, role: str, method: str, batch: Batch) -> tuple[Batch, list[CallResult]]:
+        """Split ``batch`` over the ranks, run ``role.method`` on each shard, gather the rows in order.
 
-        Returns the gathered batch and each rank's meta (per-rank timings differ, so they are not merged).
+        Also returns the per-rank call results (their spans and resources; values are the shards).
         """
         padded, pad = batch.pad_to_divisor(self.world_size)
         results = self.call_split(role, method, padded)
-        metas = [r.meta for r in results]
-        for r in results:
-            r.meta = {}
-        return Batch.concat(results).unpad(pad), metas
+        return Batch.concat([r.value for r in results]).unpad(pad), results
 
     def shutdown(self) -> None:
         import ray

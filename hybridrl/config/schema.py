@@ -173,6 +173,7 @@ class RayConfig:
     num_cpus: Optional[int] = MISSING
     include_dashboard: bool = MISSING
     dashboard_host: str = MISSING
+    env_vars: Dict[str, str] = MISSING
     object_store_memory: Optional[int] = MISSING
     start_timeout_s: float = MISSING
     call_timeout_s: float = MISSING
@@ -188,6 +189,11 @@ class TrainerConfig:
     device: str = MISSING
     logger: List[str] = MISSING
     progress_bar: bool = MISSING
+    trace: bool = MISSING
+    breakdown_interval: int = MISSING
+    straggler_factor: float = MISSING
+    straggler_min_seconds: float = MISSING
+    cluster_stats_interval: int = MISSING
     save_hf: bool = MISSING
     learning_check_window: int = MISSING
     ray: RayConfig = field(default_factory=RayConfig)
@@ -221,4 +227,4 @@ CHOICES: dict[str, tuple[str, ...]] = {
 
 # Role names used in ``resource_pool.mapping``.
 ROLES: tuple[str, ...] = ("actor_rollout", "critic", "ref")
-TRACKERS: tuple[str, ...] = ("console", "jsonl")
+TRACKERS: tuple[str, ...] = ("console", "jsonl", "tensorboard", "wandb", "mlflow")

@@ -30,6 +30,12 @@ def _check_choices(cfg: DictConfig) -> None:
     for tracker in cfg.trainer.logger:
         if tracker not in TRACKERS:
             _fail(f"trainer.logger has {tracker!r}; valid trackers: {', '.join(TRACKERS)}.")
+        if tracker in ("wandb", "mlflow"):
+            import importlib.util
+
+            if importlib.util.find_spec(tracker) is None:
+                _fail(f"trainer.logger includes '{tracker}' but the {tracker} package is not installed: "
+                      f"pip install 'hybridrl[{tracker}]', or remove it from trainer.logger.")
 
 
 def _check_positive(cfg: DictConfig) -> None:
@@ -50,6 +56,11 @@ def _check_positive(cfg: DictConfig) -> None:
     for key in ["actor_rollout_ref.actor.optim.lr", "critic.optim.lr"]:
         if OmegaConf.select(cfg, key) <= 0:
             _fail(f"{key}={OmegaConf.select(cfg, key)} must be positive.")
+    if cfg.trainer.straggler_factor <= 1:
+        _fail(f"trainer.straggler_factor={cfg.trainer.straggler_factor} must be > 1 (a multiple of the median).")
+    for key in ("breakdown_interval", "cluster_stats_interval"):
+        if cfg.trainer[key] < 0:
+            _fail(f"trainer.{key}={cfg.trainer[key]} must be >= 0.")
     if not 0 <= cfg.algorithm.gamma <= 1 or not 0 <= cfg.algorithm.lam <= 1:
         _fail(f"algorithm.gamma={cfg.algorithm.gamma} and algorithm.lam={cfg.algorithm.lam} must lie in [0, 1].")
     if cfg.actor_rollout_ref.rollout.temperature <= 0:

@@ -36,6 +36,8 @@ class Example:
     prompt: str
     ground_truth: str
     data_source: str
+    extra_info: dict | None = None
+    ability: str | None = None
 
 
 class Task:

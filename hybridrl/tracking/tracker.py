@@ -60,12 +60,31 @@ class ConsoleTracker:
 
 
 class Tracker:
-    def __init__(self, backends: list[str], output_dir: Path, total_steps: int, progress_bar: bool) -> None:
+    """Every selected backend; wandb and mlflow are imported only when selected."""
+
+    def __init__(self, backends: list[str], output_dir: Path, cfg: Any) -> None:
         self.backends: list[Any] = []
+        trainer = cfg.trainer
         if "console" in backends:
-            self.backends.append(ConsoleTracker(total_steps, progress_bar))
+            self.backends.append(ConsoleTracker(trainer.total_steps, trainer.progress_bar))
         if "jsonl" in backends:
             self.backends.append(JsonlTracker(output_dir / "metrics.jsonl"))
+        if "tensorboard" in backends:
+            from hybridrl.tracking.tensorboard import TensorBoardTracker
+
+            self.backends.append(TensorBoardTracker(output_dir / "tensorboard"))
+        if "wandb" in backends or "mlflow" in backends:
+            from omegaconf import OmegaConf
+
+            from hybridrl.tracking.optional import MlflowTracker, WandbTracker
+
+            config = OmegaConf.to_container(cfg, resolve=True)
+            if "wandb" in backends:
+                self.backends.append(WandbTracker(trainer.project_name, trainer.experiment_name, config,
+                                                  str(output_dir)))
+            if "mlflow" in backends:
+                self.backends.append(MlflowTracker(trainer.project_name, trainer.experiment_name, config,
+                                                   str(output_dir / "mlruns")))
 
     def log(self, metrics: dict[str, Any], step: int) -> None:
         for backend in self.backends:

@@ -34,7 +34,8 @@ def prepare_model(cfg: DictConfig, output_dir: Path) -> tuple[str, str]:
     return path, tokenizer_path
 
 
-def build_groups(cfg: DictConfig, manager: Any, model_path: str, tokenizer_path: str) -> dict[str, Any]:
+def build_groups(cfg: DictConfig, manager: Any, model_path: str, tokenizer_path: str,
+                 monitor: Any = None) -> dict[str, Any]:
     """One WorkerGroup per used pool, hosting every role mapped to it (colocated roles)."""
     from hybridrl.cluster.worker_group import WorkerGroup
     from hybridrl.trainer.ppo_trainer import RoleHandle
@@ -46,7 +47,7 @@ def build_groups(cfg: DictConfig, manager: Any, model_path: str, tokenizer_path:
     try:
         for pool in manager.used_pools():
             group = WorkerGroup(pool, manager.roles_of(pool.name), cfg, model_path, tokenizer_path,
-                                cfg.trainer.ray.start_timeout_s, cfg.trainer.ray.call_timeout_s)
+                                cfg.trainer.ray.start_timeout_s, cfg.trainer.ray.call_timeout_s, monitor)
             groups.append(group)
             for role in group.roles:
                 handles[role] = RoleHandle(group, role)
@@ -73,6 +74,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     from hybridrl.cluster.resource_pool import ResourcePoolManager
     from hybridrl.config.roles import active_roles
     from hybridrl.tracking import Tracker
+    from hybridrl.tracking.breakdown import format_breakdown
+    from hybridrl.trainer.monitor import RunMonitor
+    from hybridrl.trainer.perf_metrics import StepPerf
     from hybridrl.trainer.ppo_trainer import PPOTrainer
 
     quiet_libraries()
@@ -89,12 +93,16 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     cluster = ray_cluster.connect(cfg.trainer.ray, cpus_needed=pools.total().get("CPU", 1))
     groups: list[Any] = []
     tracker = None
+    monitor = RunMonitor(output_dir / "trace.json" if cfg.trainer.trace else None,
+                         cfg.trainer.straggler_factor, cfg.trainer.straggler_min_seconds)
     try:
-        built = build_groups(cfg, pools.for_cluster(cluster.gpus), model_path, tokenizer_path)
+        built = build_groups(cfg, pools.for_cluster(cluster.gpus), model_path, tokenizer_path, monitor)
         groups = built["groups"]
-        tracker = Tracker(list(cfg.trainer.logger), output_dir, cfg.trainer.total_steps, cfg.trainer.progress_bar)
-        trainer = PPOTrainer(cfg, built["handles"], dataset, tracker)
+        perf = StepPerf.create(cfg, model_path, groups)
+        tracker = Tracker(list(cfg.trainer.logger), output_dir, cfg)
+        trainer = PPOTrainer(cfg, built["handles"], dataset, tracker, monitor, perf)
         history = trainer.fit()
+        (output_dir / "breakdown.txt").write_text(format_breakdown(history, skip_first=1) + "\n")
         tracker.close()
         tracker = None
         hf_dir = None
@@ -107,6 +115,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             tracker.close()
         for group in groups:
             group.shutdown()
+        monitor.close()
         ray_cluster.disconnect()
     summary = learning_summary(history, cfg.trainer.learning_check_window)
     summary["wall_s"] = time.perf_counter() - started

@@ -2,22 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
-import time
-from typing import Iterator
-
 import torch
 
 from hybridrl.protocol import Batch
-
-
-@contextlib.contextmanager
-def timed(name: str, timings: dict[str, float]) -> Iterator[None]:
-    start = time.perf_counter()
-    try:
-        yield
-    finally:
-        timings[name] = timings.get(name, 0.0) + time.perf_counter() - start
 
 
 def _stats(prefix: str, values: torch.Tensor) -> dict[str, float]:

@@ -16,12 +16,15 @@ import torch
 from hybridrl.algorithms.advantages import get_adv_estimator
 from hybridrl.algorithms.filtering import groups_with_signal
 from hybridrl.algorithms.kl_control import apply_kl_penalty, make_kl_controller
+from hybridrl.cluster.ray_cluster import object_store_stats
 from hybridrl.cluster.worker_group import WorkerGroup
 from hybridrl.config.roles import critic_enabled, ref_enabled
 from hybridrl.data.dataset import EpochSampler, PromptDataset
 from hybridrl.protocol import Batch
 from hybridrl.rewards.registry import score_batch
-from hybridrl.trainer.metrics import data_metrics, throughput_metrics, timed
+from hybridrl.trainer.metrics import data_metrics, throughput_metrics
+from hybridrl.tracking.breakdown import format_breakdown
+from hybridrl.trainer.monitor import RunMonitor
 
 logger = logging.getLogger(__name__)
 
@@ -36,11 +39,11 @@ class RoleHandle:
     group: WorkerGroup
     role: str
 
-    def dp(self, method: str, batch: Batch) -> tuple[Batch, list[dict[str, Any]]]:
+    def dp(self, method: str, batch: Batch) -> tuple[Batch, list[Any]]:
         return self.group.call_dp(self.role, method, batch)
 
     def split(self, method: str, batch: Batch) -> list[Any]:
-        return self.group.call_split(self.role, method, batch)
+        return [r.value for r in self.group.call_split(self.role, method, batch)]
 
     def all(self, method: str, *args: Any) -> list[Any]:
         return self.group.call_all(self.role, method, *args)
@@ -48,12 +51,6 @@ class RoleHandle:
 
 def _mean_over_ranks(rows: list[dict[str, float]]) -> dict[str, float]:
     return {k: sum(r[k] for r in rows) / len(rows) for k in rows[0]}
-
-
-def _max_over_ranks(metas: list[dict[str, Any]]) -> dict[str, float]:
-    """Per-rank timings: a step waits for the slowest rank."""
-    keys = {k for m in metas for k in m if k.startswith("timing_s/")}
-    return {k: max(m.get(k, 0.0) for m in metas) for k in keys}
 
 
 def _place_at_last_token(scores: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
@@ -66,8 +63,11 @@ def _place_at_last_token(scores: torch.Tensor, response_mask: torch.Tensor) -> t
 
 
 class PPOTrainer:
-    def __init__(self, cfg: Any, roles: dict[str, RoleHandle], dataset: PromptDataset, tracker: Any) -> None:
+    def __init__(self, cfg: Any, roles: dict[str, RoleHandle], dataset: PromptDataset, tracker: Any,
+                 monitor: RunMonitor | None = None, perf: Any | None = None) -> None:
         self.cfg = cfg
+        self.monitor = monitor or RunMonitor()
+        self.perf = perf
         self.roles = roles
         self.dataset = dataset
         self.tracker = tracker
@@ -86,22 +86,23 @@ class PPOTrainer:
         cfg = self.cfg
         n = cfg.actor_rollout_ref.rollout.n
         seed = (cfg.trainer.seed * 1_000_003 + step) * 101 + round_
-        prompts = self.dataset.collate(self.sampler.next_indices())
+        with self.monitor.phase("data", timings):
+            prompts = self.dataset.collate(self.sampler.next_indices())
         # Group ids unique per step and round: rows sampled from one prompt share it (GRPO groups).
         prompts.non_tensors["uid"] = np.array([f"{step}.{round_}.{i}" for i in range(len(prompts))], dtype=object)
         batch = prompts.repeat(n, interleave=True)
         actor = self.roles["actor_rollout"]
-        with timed("gen", timings):
+        with self.monitor.phase("gen", timings):
             gen_in = batch.pop(tensor_keys=GEN_KEYS)
             gen_in.meta = {"seed": seed}
-            gen_out, metas = actor.dp("generate", gen_in)
+            gen_out, results = actor.dp("generate", gen_in)
             batch.union(gen_out)
-            metrics.update(_max_over_ranks(metas))
-        with timed("reward", timings):
+            metrics.update(RunMonitor.sub_span_timings(results))
+        with self.monitor.phase("reward", timings):
             scores = self._score(batch)
             batch.tensors["token_level_scores"] = _place_at_last_token(scores, batch.tensors["response_mask"])
         if self.estimator.needs_greedy_baseline:
-            with timed("gen_max", timings):  # ReMax: the greedy response's reward is the baseline
+            with self.monitor.phase("gen_max", timings):  # ReMax: the greedy response's reward is the baseline
                 greedy_in = prompts.select(tensor_keys=GEN_KEYS, non_tensor_keys=[], meta_keys=[])
                 greedy_in.meta = {"seed": seed, "greedy": True}
                 greedy, _ = actor.dp("generate", greedy_in)
@@ -146,13 +147,13 @@ class PPOTrainer:
     # -- evaluation ----------------------------------------------------------------------------
     def _evaluate(self, batch: Batch, timings: dict) -> None:
         forward_in = batch.select(tensor_keys=FORWARD_KEYS, non_tensor_keys=[], meta_keys=[])
-        with timed("old_log_prob", timings):
+        with self.monitor.phase("old_log_prob", timings):
             batch.union(self.roles["actor_rollout"].dp("compute_log_prob", forward_in)[0])
         if self.use_ref:
-            with timed("ref", timings):
+            with self.monitor.phase("ref", timings):
                 batch.union(self.roles["ref"].dp("compute_ref_log_prob", forward_in)[0])
         if self.use_critic:
-            with timed("values", timings):
+            with self.monitor.phase("values", timings):
                 batch.union(self.roles["critic"].dp("compute_values", forward_in)[0])
 
     def _advantages(self, batch: Batch, metrics: dict) -> None:
@@ -174,11 +175,11 @@ class PPOTrainer:
     # -- update --------------------------------------------------------------------------------
     def _update(self, batch: Batch, timings: dict, metrics: dict) -> None:
         if self.use_critic:
-            with timed("update_critic", timings):
+            with self.monitor.phase("update_critic", timings):
                 critic_in = batch.select(tensor_keys=FORWARD_KEYS + ["values", "returns"], non_tensor_keys=[],
                                          meta_keys=["seed"])
                 metrics.update(_mean_over_ranks(self.roles["critic"].split("update_critic", critic_in)))
-        with timed("update_actor", timings):
+        with self.monitor.phase("update_actor", timings):
             keys = FORWARD_KEYS + ["old_log_probs", "advantages"]
             if self.cfg.actor_rollout_ref.actor.use_kl_loss:
                 keys.append("ref_log_probs")
@@ -188,11 +189,11 @@ class PPOTrainer:
     def step(self, step: int) -> dict[str, float]:
         timings: dict[str, float] = {}
         metrics: dict[str, float] = {}
-        with timed("step", timings):
+        with self.monitor.phase("step", timings):
             batch = self._rollout(step, timings, metrics)
             batch.meta["seed"] = self.cfg.trainer.seed * 1_000_003 + step
             self._evaluate(batch, timings)
-            with timed("adv", timings):
+            with self.monitor.phase("adv", timings):
                 self._advantages(batch, metrics)
             self._update(batch, timings, metrics)
         mask = batch.tensors["response_mask"].float()
@@ -201,12 +202,22 @@ class PPOTrainer:
         metrics.update(data_metrics(batch, self.cfg.data.max_response_length))
         metrics.update({f"timing_s/{k}": v for k, v in timings.items()})
         metrics.update(throughput_metrics(batch, timings["step"], self.num_workers))
+        if self.perf is not None:
+            metrics.update(self.perf.metrics(batch, timings["step"]))
+        metrics.update(self.monitor.step_metrics())
         metrics["training/epoch"] = float(self.sampler.epoch)
         return metrics
 
     def fit(self) -> list[dict[str, float]]:
-        for step in range(1, self.cfg.trainer.total_steps + 1):
+        trainer_cfg = self.cfg.trainer
+        for step in range(1, trainer_cfg.total_steps + 1):
             metrics = self.step(step)
+            if trainer_cfg.cluster_stats_interval and step % trainer_cfg.cluster_stats_interval == 0:
+                metrics.update(object_store_stats())
             self.history.append(metrics)
             self.tracker.log(metrics, step)
+            last = step == trainer_cfg.total_steps
+            if last or (trainer_cfg.breakdown_interval and step % trainer_cfg.breakdown_interval == 0):
+                logger.info("Phase breakdown, steps %d-%d (step 1 left out: one-time costs):\n%s",
+                            min(2, step), step, format_breakdown(self.history, skip_first=1))
         return self.history

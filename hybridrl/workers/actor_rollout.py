@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import time
 from pathlib import Path
 from typing import Any
 
@@ -38,15 +37,17 @@ class ActorRolloutRole:
                                        rollout_model.generation_config.eos_token_id or self.tokenizer.eos_token_id)
 
     # -- rollout -------------------------------------------------------------------------------
-    def sync_weights(self) -> float:
-        """Hand the trained weights to the generation engine; returns the seconds it took."""
-        start = time.perf_counter()
-        self.rollout.load_weights(self.engine.full_state_dict())
-        return time.perf_counter() - start
+    def sync_weights(self) -> None:
+        """Hand the trained weights to the generation engine (timed as its own span)."""
+        with self.ctx.recorder.span("weight_sync"):
+            self.rollout.load_weights(self.engine.full_state_dict())
 
     def generate(self, batch: Batch) -> Batch:
-        sync_s = self.sync_weights()
-        start = time.perf_counter()
+        self.sync_weights()
+        with self.ctx.recorder.span("generate_worker"):
+            return self._generate(batch)
+
+    def _generate(self, batch: Batch) -> Batch:
         seed = int(batch.meta.get("seed", 0)) * 1009 + self.ctx.rank
         out = self.rollout.generate(
             batch.tensors["input_ids"].to(self.ctx.device), batch.tensors["attention_mask"].to(self.ctx.device),
@@ -56,12 +57,7 @@ class ActorRolloutRole:
             top_p=self.rollout_cfg.top_p, seed=seed,
         )
         texts = self.tokenizer.batch_decode(out["responses"], skip_special_tokens=True)
-        gen_s = time.perf_counter() - start
-        return Batch.from_dict(
-            tensors={k: v.cpu() for k, v in out.items()},
-            non_tensors={"response_text": texts},
-            meta={"timing_s/weight_sync": sync_s, "timing_s/generate_worker": gen_s},
-        )
+        return Batch.from_dict(tensors={k: v.cpu() for k, v in out.items()}, non_tensors={"response_text": texts})
 
     # -- evaluation ----------------------------------------------------------------------------
     @torch.no_grad()

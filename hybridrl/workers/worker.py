@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -16,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from hybridrl.logging_utils import quiet_libraries
 from hybridrl.parallel import dist as hdist
+from hybridrl.workers.tracing import CallResult, Span, SpanRecorder, synchronize
 
 logger = logging.getLogger(__name__)
 
@@ -28,6 +30,7 @@ class WorkerContext:
     mesh: Any
     model_path: str
     tokenizer_path: str
+    recorder: SpanRecorder = field(default_factory=SpanRecorder)
 
 
 def _role_classes() -> dict[str, type]:
@@ -48,11 +51,15 @@ class Worker:
         self.model_path = model_path
         self.tokenizer_path = tokenizer_path
         self.roles: dict[str, Any] = {}
+        self.recorder = SpanRecorder()
+        self.device: torch.device | None = None
         torch.set_num_threads(max(1, num_threads))
         quiet_libraries()
 
     def node_info(self) -> dict[str, Any]:
-        info = {"pid": os.getpid(), "ip": hdist.node_ip(), "rank": self.rank}
+        info = {"pid": os.getpid(), "ip": hdist.node_ip(), "rank": self.rank,
+                "device_type": "cuda" if torch.cuda.is_available() and self.cfg.trainer.device != "cpu" else "cpu",
+                "device_name": torch.cuda.get_device_name() if torch.cuda.is_available() else None}
         try:
             import ray
 
@@ -72,21 +79,44 @@ class Worker:
             torch.cuda.set_device(device)
         hdist.init_process_group(self.rank, self.world_size, master_addr, master_port, device, timeout_s)
         mesh = init_device_mesh(device.type, (self.world_size,), mesh_dim_names=("dp",))
-        ctx = WorkerContext(self.rank, self.world_size, device, mesh, self.model_path, self.tokenizer_path)
+        self.device = device
+        self.recorder.device = device
+        ctx = WorkerContext(self.rank, self.world_size, device, mesh, self.model_path, self.tokenizer_path,
+                            self.recorder)
         # Every rank seeds the same way so that initialisation (value heads) is identical everywhere.
         torch.manual_seed(self.cfg.trainer.seed)
         classes = _role_classes()
         for name in self.role_names:
             self.roles[name] = classes[name](self.cfg, ctx)
 
-    def call(self, role: str, method: str, *args: Any, **kwargs: Any) -> Any:
+    def call(self, role: str, method: str, *args: Any, **kwargs: Any) -> CallResult:
+        """Run ``role.method`` as one timed span; every rank of the group runs it together."""
         if role not in self.roles:
             raise KeyError(f"Worker rank {self.rank} hosts roles {self.role_names}, not '{role}'.")
         target = getattr(self.roles[role], method, None)
         if target is None or method.startswith("_"):
             public = [m for m in dir(self.roles[role]) if not m.startswith("_") and callable(getattr(self.roles[role], m))]
             raise AttributeError(f"Role '{role}' has no method '{method}'; it has: {public}.")
-        return target(*args, **kwargs)
+        return self._timed(f"{role}.{method}", target, *args, **kwargs)
+
+    def execute(self, fn: Any, *args: Any, **kwargs: Any) -> CallResult:
+        """Run ``fn(worker, *args)`` here: diagnostics and tests on every rank, timed like a role call."""
+        return self._timed(getattr(fn, "__name__", "execute"), fn, self, *args, **kwargs)
+
+    def _timed(self, name: str, fn: Any, *args: Any, **kwargs: Any) -> CallResult:
+        from hybridrl.perf.utilization import ProcessSampler
+
+        # Start together, so each rank's span measures its own work rather than dispatch skew.
+        if torch.distributed.is_initialized():
+            torch.distributed.barrier()
+        sampler = ProcessSampler()
+        sampler.start()
+        self.recorder.drain()
+        start = time.time()
+        value = fn(*args, **kwargs)
+        synchronize(self.device)
+        span = Span(name, start, time.time())
+        return CallResult(value, span, self.recorder.drain(), sampler.stop())
 
     def teardown(self) -> None:
         self.roles.clear()

@@ -54,7 +54,8 @@ def test_ranks_are_distinct_processes(group):
 def test_generate_update_and_replicas_stay_equal(group):
     gen, metas = group.call_dp("actor_rollout", "generate", prompts(17))  # 17 rows: padded to 18, unpadded
     assert len(gen) == 17 and gen.tensors["responses"].shape[1] == 6
-    assert len(metas) == 2 and all("timing_s/weight_sync" in m for m in metas)
+    assert len(metas) == 2 and all({s.name for s in r.sub_spans} == {"weight_sync", "generate_worker"} for r in metas)
+    assert all(r.span.start <= r.sub_spans[0].start and r.sub_spans[-1].end <= r.span.end for r in metas)
     before = group.call_all("actor_rollout", "state_digest")
     batch = gen[:16]  # 4 prompts x 4 samples: one mini-batch of 8 rows per rank
     old, _ = group.call_dp("actor_rollout", "compute_log_prob", batch)
@@ -64,7 +65,7 @@ def test_generate_update_and_replicas_stay_equal(group):
     batch.union(old)
     batch.tensors["advantages"] = torch.linspace(-1, 1, 16)[:, None].expand(-1, 6).clone()
     batch.meta = {"seed": 1}
-    metrics = group.call_split("actor_rollout", "update_actor", batch)
+    metrics = [r.value for r in group.call_split("actor_rollout", "update_actor", batch)]
     assert all(m["actor/grad_norm"] > 0 for m in metrics)
     after = group.call_all("actor_rollout", "state_digest")
     assert after[0]["train"] == after[1]["train"] != before[0]["train"]
@@ -86,3 +87,24 @@ def test_unplaceable_pool_fails_fast(ray_cluster, tmp_path):
     cfg = load_config()
     with pytest.raises(PoolPlacementError, match=r"Pool 'huge'.*asked for 2 bundles.*within 1 s"):
         WorkerGroup(pool, ["ref"], cfg, str(tmp_path), str(tmp_path), start_timeout_s=1, call_timeout_s=1)
+
+
+def test_straggler_warning_names_role_and_rank(group, caplog):
+    from hybridrl.trainer.monitor import RunMonitor
+
+    def slow_on_rank_1(worker):
+        import time
+
+        if worker.rank == 1:
+            time.sleep(0.5)  # the slowness under test, not a wait for something
+        return worker.rank
+
+    group.monitor = RunMonitor(straggler_factor=2.0, straggler_min_seconds=0.05)
+    try:
+        assert group.execute_all(slow_on_rank_1) == [0, 1]
+    finally:
+        monitor, group.monitor = group.monitor, None
+    assert len(monitor.straggler_warnings) == 1
+    assert "actor_rollout+ref rank 1" in monitor.straggler_warnings[0]
+    assert "slow_on_rank_1" in monitor.straggler_warnings[0]
+    assert "Straggler" in caplog.text

@@ -106,7 +106,7 @@ def test_every_key_is_documented():
 
     doc = (Path(__file__).resolve().parents[2] / "docs" / "CONFIG.md").read_text()
     cfg = load_config()
-    user_dicts = {"data.task_kwargs", "resource_pool.pools", "resource_pool.mapping"}
+    user_dicts = {"data.task_kwargs", "resource_pool.pools", "resource_pool.mapping", "trainer.ray.env_vars"}
 
     def leaves(node, prefix=""):
         for key, value in node.items():
@@ -118,3 +118,14 @@ def test_every_key_is_documented():
 
     missing = [k for k in leaves(cfg) if f"`{k}`" not in doc]
     assert not missing, f"keys missing from docs/CONFIG.md: {missing}"
+
+
+def test_uninstalled_tracker_is_refused_before_launch():
+    import importlib.util
+
+    if importlib.util.find_spec("wandb") is not None:
+        pytest.skip("wandb is installed here")
+    with pytest.raises(ConfigError, match=r"wandb package is not installed: pip install 'hybridrl\[wandb\]'"):
+        load_config(["trainer.logger=[console,wandb]"])
+    with pytest.raises(ConfigError, match=r"valid trackers: console, jsonl, tensorboard, wandb, mlflow"):
+        load_config(["trainer.logger=[nope]"])

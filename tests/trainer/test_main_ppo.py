@@ -10,6 +10,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
 from hybridrl.config.loader import load_config
+from hybridrl.tracking.report import write_report
 from hybridrl.trainer.main_ppo import run
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
@@ -34,10 +35,20 @@ def test_short_run_writes_metrics_changes_weights_and_exports(tmp_path):
         assert all(key in r for r in rows), key
     for r in rows:
         assert 0.0 <= r["critic/score/mean"] <= 1.0
-        phases = sum(r[f"timing_s/{p}"] for p in ("gen", "reward", "old_log_prob", "ref", "values", "adv",
+        phases = sum(r[f"timing_s/{p}"] for p in ("data", "gen", "reward", "old_log_prob", "ref", "values", "adv",
                                                    "update_critic", "update_actor"))
-        assert phases <= r["timing_s/step"]
+        # The phases account for the whole step: within 5% of the measured step time.
+        assert 0.95 * r["timing_s/step"] <= phases <= r["timing_s/step"]
+        assert r["timing_s/weight_sync"] + r["timing_s/generate_worker"] <= r["timing_s/gen"]
+        assert 0 < r["perf/mfu"] < 1 and r["perf/flops_per_step"] > 0
     assert (out / "config.yaml").exists() and json.loads((out / "summary.json").read_text())["window"] >= 1
+
+    check_trace(out / "trace.json")
+    report = write_report(out)
+    html = report.read_text()
+    assert html.count('<img src="data:image/png;base64,') >= 5 and "update_actor" in html
+    assert (out / "breakdown.txt").read_text().count("%") >= 8
+    assert list((out / "tensorboard").glob("events.out.tfevents.*"))
 
     initial = load_file(out / "tiny_model" / "model.safetensors")
     trained = load_file(out / "actor_hf" / "model.safetensors")
@@ -45,3 +56,19 @@ def test_short_run_writes_metrics_changes_weights_and_exports(tmp_path):
     assert any(not torch.equal(initial[k], trained[k]) for k in initial), "parameters did not change"
     model = AutoModelForCausalLM.from_pretrained(result["actor_hf"])
     assert model(torch.tensor([[4, 5, 6, 13]])).logits.shape[-1] == model.config.vocab_size
+
+
+def check_trace(path):
+    """The timeline is valid JSON with spans from every rank of every role, and the driver's phases."""
+    events = json.loads(path.read_text())
+    names = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
+    spans = [e for e in events if e["ph"] == "X"]
+    by_role: dict[str, set[int]] = {}
+    for e in spans:
+        if names[e["pid"]] != "driver":
+            by_role.setdefault(e["name"].split(".")[0], set()).add(e["tid"])
+    assert {"actor_rollout", "critic", "ref"} <= set(by_role)
+    assert all(ranks == {0, 1} for role, ranks in by_role.items() if role in ("actor_rollout", "critic", "ref"))
+    driver = {e["name"] for e in spans if names[e["pid"]] == "driver"}
+    assert {"step", "gen", "update_actor", "update_critic"} <= driver
+    assert any(e["name"] == "weight_sync" for e in spans)

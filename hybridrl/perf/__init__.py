@@ -1,0 +1,23 @@
+"""Performance accounting: model FLOPs, device peaks / MFU, process utilisation, straggler detection.
+
+Why a separate package: these are pure measurement helpers with no dependency on Ray or the
+trainer, so they can be unit-tested on CPU and reused by any worker or the driver.
+"""
+
+from hybridrl.perf.device_peak import calibrate_matmul_flops, default_cache_path, mfu, peak_flops
+from hybridrl.perf.flops import FlopsModel
+from hybridrl.perf.stragglers import RankTimes, Straggler, find_stragglers, format_warning
+from hybridrl.perf.utilization import ProcessSampler
+
+__all__ = [
+    "FlopsModel",
+    "ProcessSampler",
+    "RankTimes",
+    "Straggler",
+    "calibrate_matmul_flops",
+    "default_cache_path",
+    "find_stragglers",
+    "format_warning",
+    "mfu",
+    "peak_flops",
+]

@@ -1,0 +1,151 @@
+"""A user's own reward function, loaded from a Python file (verl's ``custom_reward_function``).
+
+The file needs a function with verl's signature::
+
+    def compute_score(data_source: str, solution_str: str, ground_truth, extra_info: dict | None = None):
+        ...
+        return 1.0  # a finite float (or a dict with a "score" key, as verl allows)
+
+``data_source`` is the row's ``data_source`` column, ``solution_str`` the decoded response,
+``ground_truth`` the row's ``reward_model.ground_truth`` and ``extra_info`` the row's ``extra_info``
+(None when the dataset has none). verl calls it by keyword, so the parameters must be accepted
+under those four names, or positionally in that order; extra parameters need defaults and
+``**kwargs`` is fine. A verl reward file therefore ports unchanged::
+
+    fn = load_reward_fn("my_reward.py")                 # the function named compute_score
+    fn = load_reward_fn("my_reward.py", name="my_fn")   # another name in the same file
+    fn("openai/gsm8k", "#### 42", "42", None)           # -> float
+
+The returned object is picklable (it reloads the file by path on the other side), so it can be sent
+to Ray workers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import inspect
+import sys
+import traceback
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable
+
+PARAMETERS = ("data_source", "solution_str", "ground_truth", "extra_info")
+_EXAMPLE = "def {name}(data_source, solution_str, ground_truth, extra_info=None): ..."
+
+
+class CustomRewardError(ValueError):
+    """The custom reward file or function cannot be used; the message says why and how to fix it."""
+
+
+def _import_file(path: Path) -> ModuleType:
+    if not path.exists():
+        raise CustomRewardError(
+            f"Custom reward file {str(path)!r} does not exist: set the reward function path to an "
+            f"existing .py file (relative paths are resolved from {str(Path.cwd())!r})."
+        )
+    if not path.is_file():
+        raise CustomRewardError(f"Custom reward path {str(path)!r} is not a file: point it at a .py file.")
+    digest = hashlib.sha1(str(path).encode()).hexdigest()[:12]
+    module_name = f"hybridrl_custom_reward_{path.stem}_{digest}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise CustomRewardError(
+            f"Cannot load {str(path)!r} as a Python module: the custom reward file must be a .py file."
+        )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module  # lets the file use dataclasses, pickle, relative lookups
+    try:
+        spec.loader.exec_module(module)
+    except KeyboardInterrupt:
+        sys.modules.pop(module_name, None)
+        raise
+    except BaseException as exc:  # SystemExit from a stray sys.exit() is reported like any error
+        sys.modules.pop(module_name, None)
+        detail = "".join(traceback.format_exception_only(type(exc), exc)).rstrip()
+        raise CustomRewardError(
+            f"Importing the custom reward file {str(path)!r} failed:\n{detail}\nFix the error in that "
+            f"file (the original traceback is chained above); it must import without errors."
+        ) from exc
+    return module
+
+
+def _public_callables(module: ModuleType) -> list[str]:
+    return sorted(n for n, v in vars(module).items()
+                  if callable(v) and not n.startswith("_") and not isinstance(v, ModuleType))
+
+
+def _call_mode(fn: Callable, path: Path, name: str) -> str:
+    """'keyword' (verl's way of calling) when the four names bind, else 'positional'."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin or C callable without a signature: trust it
+        return "positional"
+    try:
+        sig.bind(**{p: None for p in PARAMETERS})
+        return "keyword"
+    except TypeError:
+        pass
+    try:
+        sig.bind(*([None] * len(PARAMETERS)))
+        return "positional"
+    except TypeError as exc:
+        raise CustomRewardError(
+            f"Custom reward function {name!r} in {str(path)!r} has the signature {name}{sig}, which "
+            f"cannot be called with verl's four arguments ({exc}). It must accept "
+            f"({', '.join(PARAMETERS)}) positionally or by those names, e.g. "
+            f"`{_EXAMPLE.format(name=name)}`; give any extra parameters defaults."
+        ) from None
+
+
+def _resolve(path: Path, name: str) -> tuple[Callable, str]:
+    module = _import_file(path)
+    if not hasattr(module, name):
+        found = _public_callables(module)
+        raise CustomRewardError(
+            f"Custom reward file {str(path)!r} has no attribute {name!r}; callables found: {found}. "
+            f"Set the reward function name to one of them, or define `{_EXAMPLE.format(name=name)}`."
+        )
+    fn = getattr(module, name)
+    if not callable(fn):
+        raise CustomRewardError(
+            f"{name!r} in custom reward file {str(path)!r} is a {type(fn).__name__}, not a function; "
+            f"callables found: {_public_callables(module)}."
+        )
+    return fn, _call_mode(fn, path, name)
+
+
+class CustomRewardFn:
+    """A user's reward function behind verl's 4-argument signature ``(data_source, solution_str,
+    ground_truth, extra_info) -> float``."""
+
+    def __init__(self, path: str, name: str) -> None:
+        self.path, self.name = path, name
+        self.__qualname__ = f"{name} (from {path})"  # what score_batch names in its errors
+        self._fn, self._mode = _resolve(Path(path), name)
+
+    def __call__(self, data_source: str, solution_str: str, ground_truth: Any, extra_info: Any = None) -> Any:
+        if self._mode == "keyword":
+            result = self._fn(data_source=data_source, solution_str=solution_str,
+                              ground_truth=ground_truth, extra_info=extra_info)
+        else:
+            result = self._fn(data_source, solution_str, ground_truth, extra_info)
+        if isinstance(result, dict) and "score" in result:  # verl lets reward fns return extra info
+            return result["score"]
+        return result
+
+    def __repr__(self) -> str:
+        return f"CustomRewardFn(path={self.path!r}, name={self.name!r})"
+
+    def __getstate__(self) -> dict:
+        return {"path": self.path, "name": self.name}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["path"], state["name"])
+
+
+def load_reward_fn(path: str, name: str = "compute_score") -> Callable[[str, str, Any, Any], Any]:
+    """Load ``name`` from the Python file at ``path``; raise CustomRewardError saying what to fix."""
+    resolved = str(Path(path).expanduser().resolve())
+    return CustomRewardFn(resolved, name)

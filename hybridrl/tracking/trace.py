@@ -1,0 +1,58 @@
+"""A timeline of the run: one Chrome-trace / Perfetto JSON file with a span per phase per process.
+
+Open it at ui.perfetto.dev or chrome://tracing. Processes are the driver and each worker group; threads
+are ranks, so overlap and idle gaps between roles are visible. Events are appended as they happen
+(JSON array format, which trace viewers accept even if a crash leaves the closing bracket off).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+
+class TraceWriter:
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(self.path, "w", encoding="utf-8")
+        self._file.write("[\n")
+        self._first = True
+        self._pids: dict[str, int] = {}
+        self._threads: set[tuple[int, int]] = set()
+
+    def _write(self, event: dict[str, Any]) -> None:
+        self._file.write(("" if self._first else ",\n") + json.dumps(event))
+        self._first = False
+
+    def _pid(self, process: str) -> int:
+        if process not in self._pids:
+            self._pids[process] = len(self._pids) + 1
+            self._write({"ph": "M", "name": "process_name", "pid": self._pids[process], "tid": 0,
+                         "args": {"name": process}})
+            self._write({"ph": "M", "name": "process_sort_index", "pid": self._pids[process], "tid": 0,
+                         "args": {"sort_index": self._pids[process]}})
+        return self._pids[process]
+
+    def span(self, process: str, thread: int, name: str, start: float, end: float,
+             args: dict[str, Any] | None = None, thread_name: str | None = None) -> None:
+        """A complete event; ``start``/``end`` are wall-clock seconds since the epoch."""
+        pid = self._pid(process)
+        if (pid, thread) not in self._threads:
+            self._threads.add((pid, thread))
+            self._write({"ph": "M", "name": "thread_name", "pid": pid, "tid": thread,
+                         "args": {"name": thread_name or f"rank {thread}"}})
+        event = {"ph": "X", "name": name, "cat": process, "pid": pid, "tid": thread,
+                 "ts": start * 1e6, "dur": max(0.0, end - start) * 1e6}
+        if args:
+            event["args"] = args
+        self._write(event)
+
+    def flush(self) -> None:
+        self._file.flush()
+
+    def close(self) -> None:
+        if not self._file.closed:
+            self._file.write("\n]\n")
+            self._file.close()
