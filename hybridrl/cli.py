@@ -1,4 +1,4 @@
-"""The ``hybridrl`` command: ``train``, ``config show`` and ``report``."""
+"""The ``hybridrl`` command: ``train``, ``config show``, ``report`` and ``export``."""
 
 from __future__ import annotations
 
@@ -16,6 +16,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     config_sub = config.add_subparsers(dest="config_command", required=True)
     show = config_sub.add_parser("show", help="print the resolved config")
     show.add_argument("overrides", nargs="*", help="dotted overrides, e.g. trainer.total_steps=20")
+    export = sub.add_parser("export", help="write a checkpoint's actor as a Hugging Face model directory")
+    export.add_argument("checkpoint_dir", help="<output_dir>/checkpoints/global_step_<k>")
+    export.add_argument("out_dir")
     report = sub.add_parser("report", help="write a self-contained HTML report of a finished (or running) run")
     report.add_argument("run_dir", help="the run's output directory (trainer.output_dir)")
     report.add_argument("--out", default=None, help="where to write the HTML (default: RUN_DIR/report.html)")
@@ -27,6 +30,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return train_main(args.overrides)
     if args.command == "report":
         return _report(args.run_dir, args.out)
+    if args.command == "export":
+        return _export(args.checkpoint_dir, args.out_dir)
     from hybridrl.config.loader import ConfigError, load_config, to_yaml
 
     try:
@@ -59,3 +64,15 @@ def _report(run_dir: str, out: str | None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def _export(checkpoint_dir: str, out_dir: str) -> int:
+    from hybridrl.checkpoint.export import export_actor
+
+    try:
+        written = export_actor(checkpoint_dir, out_dir)
+    except (FileNotFoundError, ValueError) as exc:
+        sys.stderr.write(f"Export error: {exc}\n")
+        return 2
+    sys.stdout.write(f"{written}\n")
+    return 0

@@ -110,6 +110,12 @@ class WorkerGroup:
         refs = [a.execute.remote(fn, *args) for a in self.actors]
         return [r.value for r in self._gather(refs, getattr(fn, "__name__", "execute"))]
 
+    def save_checkpoint(self, directory: str) -> None:
+        self._gather([a.save_checkpoint.remote(directory) for a in self.actors], "save_checkpoint")
+
+    def load_checkpoint(self, directory: str) -> None:
+        self._gather([a.load_checkpoint.remote(directory) for a in self.actors], "load_checkpoint")
+
     def call_split(self, role: str, method: str, batch: Batch) -> list[CallResult]:
         """Give each rank its equal shard of ``batch``; return the per-rank results in rank order."""
         shards = batch.split(self.world_size)

@@ -195,6 +195,10 @@ class TrainerConfig:
     straggler_min_seconds: float = MISSING
     cluster_stats_interval: int = MISSING
     save_hf: bool = MISSING
+    save_freq: int = MISSING
+    max_ckpt_to_keep: Optional[int] = MISSING
+    resume_mode: str = MISSING
+    resume_from_path: Optional[str] = MISSING
     learning_check_window: int = MISSING
     ray: RayConfig = field(default_factory=RayConfig)
 

@@ -56,6 +56,10 @@ def _check_positive(cfg: DictConfig) -> None:
     for key in ["actor_rollout_ref.actor.optim.lr", "critic.optim.lr"]:
         if OmegaConf.select(cfg, key) <= 0:
             _fail(f"{key}={OmegaConf.select(cfg, key)} must be positive.")
+    if cfg.trainer.save_freq == 0 or cfg.trainer.save_freq < -1:
+        _fail(f"trainer.save_freq={cfg.trainer.save_freq}: use a positive number of steps, or -1 for no checkpoints.")
+    if cfg.trainer.resume_mode == "resume_path" and not cfg.trainer.resume_from_path:
+        _fail("trainer.resume_mode=resume_path needs trainer.resume_from_path=<checkpoint dir>.")
     if cfg.trainer.straggler_factor <= 1:
         _fail(f"trainer.straggler_factor={cfg.trainer.straggler_factor} must be > 1 (a multiple of the median).")
     for key in ("breakdown_interval", "cluster_stats_interval"):

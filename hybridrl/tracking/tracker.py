@@ -19,10 +19,15 @@ CONSOLE_PHASES = [
 
 
 class JsonlTracker:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, resume_step: int | None = None) -> None:
+        """A fresh file, or on resume the rows up to ``resume_step`` kept and new rows appended."""
         self.path = path
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        kept = read_rows(path, resume_step) if resume_step is not None else []
         self._file = open(self.path, "w", encoding="utf-8")
+        for row in kept:
+            self._file.write(json.dumps(row) + "\n")
+        self._file.flush()
 
     def log(self, metrics: dict[str, Any], step: int) -> None:
         row = {"step": step, **{k: _jsonable(v) for k, v in metrics.items()}}
@@ -62,13 +67,13 @@ class ConsoleTracker:
 class Tracker:
     """Every selected backend; wandb and mlflow are imported only when selected."""
 
-    def __init__(self, backends: list[str], output_dir: Path, cfg: Any) -> None:
+    def __init__(self, backends: list[str], output_dir: Path, cfg: Any, resume_step: int | None = None) -> None:
         self.backends: list[Any] = []
         trainer = cfg.trainer
         if "console" in backends:
             self.backends.append(ConsoleTracker(trainer.total_steps, trainer.progress_bar))
         if "jsonl" in backends:
-            self.backends.append(JsonlTracker(output_dir / "metrics.jsonl"))
+            self.backends.append(JsonlTracker(output_dir / "metrics.jsonl", resume_step))
         if "tensorboard" in backends:
             from hybridrl.tracking.tensorboard import TensorBoardTracker
 
@@ -101,3 +106,17 @@ def _jsonable(value: Any) -> Any:
     if hasattr(value, "item"):
         return value.item()
     return value
+
+
+def read_rows(path: Path, through_step: int | None = None) -> list[dict[str, Any]]:
+    """Rows of a metrics.jsonl (a torn last line from a crash is skipped)."""
+    rows = []
+    if path.exists():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if through_step is None or row.get("step", 0) <= through_step:
+                rows.append(row)
+    return rows

@@ -59,7 +59,9 @@ def build_groups(cfg: DictConfig, manager: Any, model_path: str, tokenizer_path:
 
 
 def learning_summary(history: list[dict[str, float]], window: int) -> dict[str, float]:
-    scores = [m["critic/score/mean"] for m in history]
+    scores = [m["critic/score/mean"] for m in history if m.get("critic/score/mean") is not None]
+    if not scores:
+        return {"first_mean": float("nan"), "last_mean": float("nan"), "gain": float("nan"), "window": 0}
     window = max(1, min(window, len(scores) // 2 or 1))
     first = sum(scores[:window]) / window
     last = sum(scores[-window:]) / window
@@ -73,7 +75,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     from hybridrl.models.loader import load_tokenizer
     from hybridrl.cluster.resource_pool import ResourcePoolManager
     from hybridrl.config.roles import active_roles
+    from hybridrl.checkpoint.manager import CheckpointManager, read_state, resolve_resume
     from hybridrl.tracking import Tracker
+    from hybridrl.tracking.tracker import read_rows
     from hybridrl.tracking.breakdown import format_breakdown
     from hybridrl.trainer.monitor import RunMonitor
     from hybridrl.trainer.perf_metrics import StepPerf
@@ -99,9 +103,24 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         built = build_groups(cfg, pools.for_cluster(cluster.gpus), model_path, tokenizer_path, monitor)
         groups = built["groups"]
         perf = StepPerf.create(cfg, model_path, groups)
-        tracker = Tracker(list(cfg.trainer.logger), output_dir, cfg)
-        trainer = PPOTrainer(cfg, built["handles"], dataset, tracker, monitor, perf)
-        history = trainer.fit()
+        checkpoints = CheckpointManager(output_dir / "checkpoints", cfg.trainer.max_ckpt_to_keep)
+        checkpoints.remove_stale_temporaries()
+        resume_from = resolve_resume(cfg.trainer.resume_mode, cfg.trainer.resume_from_path, checkpoints)
+        start_step = 0
+        if resume_from is not None:
+            state = read_state(resume_from)
+            start_step = int(state["step"])
+            logger.info("Resuming from %s (step %d of %d)", resume_from, start_step, cfg.trainer.total_steps)
+            for group in groups:
+                group.load_checkpoint(str(resume_from))
+            past = read_rows(output_dir / "metrics.jsonl", start_step)
+        tracker = Tracker(list(cfg.trainer.logger), output_dir, cfg, resume_step=start_step if resume_from else None)
+        trainer = PPOTrainer(cfg, built["handles"], dataset, tracker, monitor, perf,
+                             checkpoints if cfg.trainer.save_freq > 0 else None)
+        if resume_from is not None:
+            trainer.load_state_dict(state)
+            trainer.history = past
+        history = trainer.fit(start_step)
         (output_dir / "breakdown.txt").write_text(format_breakdown(history, skip_first=1) + "\n")
         tracker.close()
         tracker = None

@@ -64,8 +64,10 @@ def _place_at_last_token(scores: torch.Tensor, response_mask: torch.Tensor) -> t
 
 class PPOTrainer:
     def __init__(self, cfg: Any, roles: dict[str, RoleHandle], dataset: PromptDataset, tracker: Any,
-                 monitor: RunMonitor | None = None, perf: Any | None = None) -> None:
+                 monitor: RunMonitor | None = None, perf: Any | None = None,
+                 checkpoints: Any | None = None) -> None:
         self.cfg = cfg
+        self.checkpoints = checkpoints  # a CheckpointManager, or None for no checkpoints
         self.monitor = monitor or RunMonitor()
         self.perf = perf
         self.roles = roles
@@ -186,7 +188,7 @@ class PPOTrainer:
             actor_in = batch.select(tensor_keys=keys, non_tensor_keys=[], meta_keys=["seed"])
             metrics.update(_mean_over_ranks(self.roles["actor_rollout"].split("update_actor", actor_in)))
 
-    def step(self, step: int) -> dict[str, float]:
+    def step(self, step: int, save_checkpoint: bool = False) -> dict[str, float]:
         timings: dict[str, float] = {}
         metrics: dict[str, float] = {}
         with self.monitor.phase("step", timings):
@@ -196,6 +198,9 @@ class PPOTrainer:
             with self.monitor.phase("adv", timings):
                 self._advantages(batch, metrics)
             self._update(batch, timings, metrics)
+            if save_checkpoint:
+                with self.monitor.phase("checkpoint", timings):
+                    self.save_checkpoint(step)
         mask = batch.tensors["response_mask"].float()
         metrics["actor/entropy_before_update"] = float(
             (batch.tensors["old_entropy"] * mask).sum() / mask.sum().clamp(min=1))
@@ -208,15 +213,42 @@ class PPOTrainer:
         metrics["training/epoch"] = float(self.sampler.epoch)
         return metrics
 
-    def fit(self) -> list[dict[str, float]]:
+    # -- checkpoints -------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """The driver's part of a checkpoint: data position, KL controller, driver RNG."""
+        from hybridrl.checkpoint.shards import rng_state
+
+        return {"sampler": self.sampler.state_dict(), "kl_ctrl": self.kl_ctrl.state_dict(),
+                "driver_rng": rng_state()[0]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        import random
+
+        self.sampler.load_state_dict(state["sampler"])
+        self.kl_ctrl.load_state_dict(state["kl_ctrl"])
+        version, rng, gauss = state["driver_rng"]["python"]
+        random.setstate((version, tuple(rng), gauss))
+
+    def save_checkpoint(self, step: int) -> None:
+        tmp = self.checkpoints.begin(step)
+        try:
+            for group in {id(h.group): h.group for h in self.roles.values()}.values():
+                group.save_checkpoint(str(tmp))
+            self.checkpoints.commit(tmp, step, self.state_dict())
+        except BaseException:
+            self.checkpoints.abort(tmp)  # the previous checkpoint stays the latest
+            raise
+
+    def fit(self, start_step: int = 0) -> list[dict[str, float]]:
         trainer_cfg = self.cfg.trainer
-        for step in range(1, trainer_cfg.total_steps + 1):
-            metrics = self.step(step)
+        for step in range(start_step + 1, trainer_cfg.total_steps + 1):
+            last = step == trainer_cfg.total_steps
+            save = self.checkpoints is not None and trainer_cfg.save_freq > 0 and (last or step % trainer_cfg.save_freq == 0)
+            metrics = self.step(step, save_checkpoint=save)
             if trainer_cfg.cluster_stats_interval and step % trainer_cfg.cluster_stats_interval == 0:
                 metrics.update(object_store_stats())
             self.history.append(metrics)
             self.tracker.log(metrics, step)
-            last = step == trainer_cfg.total_steps
             if last or (trainer_cfg.breakdown_interval and step % trainer_cfg.breakdown_interval == 0):
                 logger.info("Phase breakdown, steps %d-%d (step 1 left out: one-time costs):\n%s",
                             min(2, step), step, format_breakdown(self.history, skip_first=1))

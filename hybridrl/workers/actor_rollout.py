@@ -127,6 +127,12 @@ class ActorRolloutRole:
         return {"train": self.engine.state_digest(),
                 "rollout": state_digest(self.rollout.model.state_dict())}
 
+    def save_hf_metadata(self, out_dir: str) -> None:
+        """Config, generation config and tokenizer: what an export needs besides the weights."""
+        self.rollout.model.config.save_pretrained(out_dir)
+        self.rollout.model.generation_config.save_pretrained(out_dir)
+        self.tokenizer.save_pretrained(out_dir)
+
     def save_hf(self, out_dir: str) -> str | None:
         """Write the actor as a Hugging Face directory (rank 0 writes; every rank gathers)."""
         state = self.engine.full_state_dict()

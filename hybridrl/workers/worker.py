@@ -10,6 +10,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -117,6 +118,33 @@ class Worker:
         synchronize(self.device)
         span = Span(name, start, time.time())
         return CallResult(value, span, self.recorder.drain(), sampler.stop())
+
+    def save_checkpoint(self, directory: str) -> CallResult:
+        """Write this rank's trainable shards (model + optimizer) and RNG states under ``directory``."""
+        return self._timed("save_checkpoint", self._save_checkpoint, Path(directory))
+
+    def load_checkpoint(self, directory: str) -> CallResult:
+        return self._timed("load_checkpoint", self._load_checkpoint, Path(directory))
+
+    def _trainable(self) -> dict[str, Any]:
+        return {name: role.engine for name, role in self.roles.items()
+                if getattr(getattr(role, "engine", None), "optimizer", None) is not None}
+
+    def _save_checkpoint(self, directory: Path) -> None:
+        from hybridrl.checkpoint.shards import save_engine_shard, save_rng
+
+        for name, engine in self._trainable().items():
+            save_engine_shard(engine.model, engine.optimizer, directory / name, self.rank, self.world_size)
+        if "actor_rollout" in self.roles and self.rank == 0:
+            self.roles["actor_rollout"].save_hf_metadata(str(directory / "actor_rollout" / "hf"))
+        save_rng(directory / "rng", f"{'+'.join(self.role_names)}_rank_{self.rank}")
+
+    def _load_checkpoint(self, directory: Path) -> None:
+        from hybridrl.checkpoint.shards import load_engine_shard, load_rng
+
+        for name, engine in self._trainable().items():
+            load_engine_shard(engine.model, engine.optimizer, directory / name, self.rank, self.world_size)
+        load_rng(directory / "rng", f"{'+'.join(self.role_names)}_rank_{self.rank}")
 
     def teardown(self) -> None:
         self.roles.clear()

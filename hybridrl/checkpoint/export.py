@@ -1,0 +1,45 @@
+"""``hybridrl export CHECKPOINT_DIR OUT_DIR``: a checkpoint's actor as a Hugging Face directory."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import torch
+
+from hybridrl.checkpoint.manager import STATE
+from hybridrl.checkpoint.shards import assemble_full
+
+logger = logging.getLogger(__name__)
+
+
+def export_actor(checkpoint_dir: str | Path, out_dir: str | Path) -> Path:
+    """Reassemble the actor's full weights from every rank's shards and save them with the model's
+    config and tokenizer (kept in the checkpoint), loadable with ``from_pretrained``."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+    checkpoint_dir, out_dir = Path(checkpoint_dir), Path(out_dir)
+    if not (checkpoint_dir / STATE).exists():
+        raise FileNotFoundError(
+            f"{checkpoint_dir} is not a complete checkpoint (no {STATE}); pass a "
+            f"<output_dir>/checkpoints/global_step_<k> directory.")
+    actor_dir = checkpoint_dir / "actor_rollout"
+    hf_meta = actor_dir / "hf"
+    if not hf_meta.exists():
+        raise FileNotFoundError(f"{checkpoint_dir} has no actor (missing {hf_meta}).")
+    state = assemble_full(actor_dir, prefix="model/")
+    config = AutoConfig.from_pretrained(hf_meta)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    model.load_state_dict(state, strict=False, assign=True)
+    missing = [n for n, p in model.named_parameters() if p.is_meta]
+    if missing:
+        raise ValueError(f"Checkpoint {checkpoint_dir} lacks actor weights {missing[:3]}...: incomplete or not this model.")
+    model.tie_weights()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out_dir, safe_serialization=True)
+    if (hf_meta / "generation_config.json").exists():
+        GenerationConfig.from_pretrained(hf_meta).save_pretrained(out_dir)
+    AutoTokenizer.from_pretrained(hf_meta).save_pretrained(out_dir)
+    logger.info("Exported %s to %s", checkpoint_dir, out_dir)
+    return out_dir
