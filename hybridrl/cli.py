@@ -11,10 +11,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="hybridrl", description="RL post-training of language models on Ray.")
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser("train", help="run PPO (same as python -m hybridrl.trainer.main_ppo)")
+    train.add_argument("--config", "-c", default=None, help="a YAML file merged over the defaults")
     train.add_argument("overrides", nargs="*", help="dotted overrides, e.g. trainer.total_steps=20")
     config = sub.add_parser("config", help="inspect the configuration")
     config_sub = config.add_subparsers(dest="config_command", required=True)
     show = config_sub.add_parser("show", help="print the resolved config")
+    show.add_argument("--config", "-c", default=None, help="a YAML file merged over the defaults")
     show.add_argument("overrides", nargs="*", help="dotted overrides, e.g. trainer.total_steps=20")
     export = sub.add_parser("export", help="write a checkpoint's actor as a Hugging Face model directory")
     export.add_argument("checkpoint_dir", help="<output_dir>/checkpoints/global_step_<k>")
@@ -27,7 +29,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "train":
         from hybridrl.trainer.main_ppo import main as train_main
 
-        return train_main(args.overrides)
+        return train_main((["--config", args.config] if args.config else []) + args.overrides)
     if args.command == "report":
         return _report(args.run_dir, args.out)
     if args.command == "export":
@@ -35,7 +37,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from hybridrl.config.loader import ConfigError, load_config, to_yaml
 
     try:
-        cfg = load_config(args.overrides)
+        cfg = load_config(args.overrides, yaml_path=args.config)
     except ConfigError as exc:
         sys.stderr.write(f"Config error: {exc}\n")
         return 2

@@ -24,4 +24,6 @@ def active_roles(cfg: Any) -> list[str]:
         roles.append("critic")
     if ref_enabled(cfg):
         roles.append("ref")
+    if cfg.reward_model.enable:
+        roles.append("reward_model")
     return roles

@@ -82,6 +82,15 @@ class ActorConfig:
 
 
 @dataclass
+class ValKwargsConfig:
+    n: int = MISSING
+    do_sample: bool = MISSING
+    temperature: float = MISSING
+    top_k: int = MISSING
+    top_p: float = MISSING
+
+
+@dataclass
 class RolloutConfig:
     name: str = MISSING
     n: int = MISSING
@@ -90,6 +99,7 @@ class RolloutConfig:
     top_k: int = MISSING
     top_p: float = MISSING
     log_prob_micro_batch_size_per_gpu: int = MISSING
+    val_kwargs: ValKwargsConfig = field(default_factory=ValKwargsConfig)
 
 
 @dataclass
@@ -151,14 +161,51 @@ class AlgorithmConfig:
 
 @dataclass
 class DataConfig:
+    train_files: Optional[Any] = MISSING
+    val_files: Optional[Any] = MISSING
+    prompt_key: str = MISSING
+    filter_overlong_prompts: bool = MISSING
+    truncation: str = MISSING
     task: str = MISSING
     task_kwargs: Dict[str, Any] = MISSING
     train_size: int = MISSING
+    val_size: int = MISSING
     train_batch_size: int = MISSING
     max_prompt_length: int = MISSING
     max_response_length: int = MISSING
     shuffle: bool = MISSING
     seed: int = MISSING
+
+
+@dataclass
+class RewardModelModelConfig:
+    path: Optional[str] = MISSING
+    tokenizer_path: Optional[str] = MISSING
+    trust_remote_code: bool = MISSING
+
+
+@dataclass
+class RewardModelConfig:
+    enable: bool = MISSING
+    model: RewardModelModelConfig = field(default_factory=RewardModelModelConfig)
+    fsdp: FSDPConfig = field(default_factory=FSDPConfig)
+    precision: str = MISSING
+    max_length: int = MISSING
+    micro_batch_size_per_gpu: int = MISSING
+    weight: float = MISSING
+    use_rule_reward: bool = MISSING
+
+
+@dataclass
+class CustomRewardFunctionConfig:
+    path: Optional[str] = MISSING
+    name: str = MISSING
+
+
+@dataclass
+class RewardConfig:
+    on_error: str = MISSING
+    failure_score: float = MISSING
 
 
 @dataclass
@@ -195,6 +242,9 @@ class TrainerConfig:
     straggler_min_seconds: float = MISSING
     cluster_stats_interval: int = MISSING
     save_hf: bool = MISSING
+    test_freq: int = MISSING
+    val_before_train: bool = MISSING
+    val_generations_to_log: int = MISSING
     save_freq: int = MISSING
     max_ckpt_to_keep: Optional[int] = MISSING
     resume_mode: str = MISSING
@@ -209,6 +259,9 @@ class Config:
     actor_rollout_ref: ActorRolloutRefConfig = field(default_factory=ActorRolloutRefConfig)
     critic: CriticConfig = field(default_factory=CriticConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    reward_model: RewardModelConfig = field(default_factory=RewardModelConfig)
+    custom_reward_function: CustomRewardFunctionConfig = field(default_factory=CustomRewardFunctionConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
     resource_pool: ResourcePoolConfig = field(default_factory=ResourcePoolConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
 
@@ -227,8 +280,12 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "algorithm.kl_penalty": ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3"),
     "actor_rollout_ref.actor.kl_loss_type": ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3"),
     "trainer.device": ("auto", "cpu", "cuda"),
+    "data.truncation": ("error", "left", "right"),
+    "reward.on_error": ("raise", "fail"),
+    "reward_model.precision": ("fp32", "bf16"),
+    "reward_model.fsdp.sharding_strategy": ("FULL_SHARD", "SHARD_GRAD_OP"),
 }
 
 # Role names used in ``resource_pool.mapping``.
-ROLES: tuple[str, ...] = ("actor_rollout", "critic", "ref")
+ROLES: tuple[str, ...] = ("actor_rollout", "critic", "ref", "reward_model")
 TRACKERS: tuple[str, ...] = ("console", "jsonl", "tensorboard", "wandb", "mlflow")

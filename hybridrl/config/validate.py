@@ -176,14 +176,63 @@ def validate(cfg: DictConfig) -> None:
                 f"data.train_batch_size ({prompts}) x rollout.n ({n}) = {prompts * n} sequences cannot "
                 f"be split over the {workers[role]} workers of role '{role}'."
             )
+    _check_data_and_rewards(cfg)
     from hybridrl.data.tasks import make_task
 
     try:
         task = make_task(cfg.data.task, **OmegaConf.to_container(cfg.data.task_kwargs))
     except ValueError as exc:
         _fail(str(exc))
-    if cfg.actor_rollout_ref.model.path is None and task.prompt_length() > cfg.data.max_prompt_length:
+    builtin = cfg.data.train_files is None
+    if builtin and cfg.actor_rollout_ref.model.path is None and task.prompt_length() > cfg.data.max_prompt_length:
         _fail(
             f"data.max_prompt_length ({cfg.data.max_prompt_length}) is shorter than the "
             f"'{cfg.data.task}' prompts ({task.prompt_length()} tokens); raise it."
         )
+
+
+def file_list(value: object) -> list[str]:
+    """``data.train_files`` / ``val_files``: one path or a list of paths."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    return [str(v) for v in value]
+
+
+def _check_data_and_rewards(cfg: DictConfig) -> None:
+    from pathlib import Path
+
+    for key in ("train_files", "val_files"):
+        for path in file_list(cfg.data[key]):
+            if not Path(path).is_file():
+                _fail(f"data.{key}: {path} does not exist (a verl-format parquet file is expected).")
+    if cfg.data.val_files is not None and cfg.data.train_files is None:
+        _fail("data.val_files is set but data.train_files is not; give both (or neither, for the built-in task).")
+    for key in ("model.path", "model.tokenizer_path"):
+        path = OmegaConf.select(cfg, f"actor_rollout_ref.{key}")
+        if path is not None and not Path(path).expanduser().is_dir():
+            _fail(f"actor_rollout_ref.{key}: {path} is not a directory; give a local Hugging Face model directory.")
+    if cfg.critic.model.path is not None and not Path(cfg.critic.model.path).expanduser().is_dir():
+        _fail(f"critic.model.path: {cfg.critic.model.path} is not a directory.")
+    rm = cfg.reward_model
+    if rm.enable:
+        if rm.model.path is None or not Path(rm.model.path).expanduser().is_dir():
+            _fail(f"reward_model.enable=true needs reward_model.model.path=<local sequence-classification model "
+                  f"directory>; got {rm.model.path!r}.")
+        if rm.max_length < 2 or rm.micro_batch_size_per_gpu < 1:
+            _fail(f"reward_model.max_length ({rm.max_length}) must be >= 2 and "
+                  f"reward_model.micro_batch_size_per_gpu ({rm.micro_batch_size_per_gpu}) >= 1.")
+    if cfg.custom_reward_function.path:
+        from hybridrl.rewards.custom import CustomRewardError, load_reward_fn
+
+        try:
+            load_reward_fn(cfg.custom_reward_function.path, cfg.custom_reward_function.name)
+        except CustomRewardError as exc:
+            _fail(f"custom_reward_function: {exc}")
+    if cfg.trainer.test_freq == 0 or cfg.trainer.test_freq < -1:
+        _fail(f"trainer.test_freq={cfg.trainer.test_freq}: use a positive number of steps, or -1 for no validation.")
+    if cfg.actor_rollout_ref.rollout.val_kwargs.n < 1:
+        _fail(f"actor_rollout_ref.rollout.val_kwargs.n={cfg.actor_rollout_ref.rollout.val_kwargs.n} must be >= 1.")
+    if cfg.trainer.val_generations_to_log < 0:
+        _fail("trainer.val_generations_to_log must be >= 0.")

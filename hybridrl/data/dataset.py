@@ -21,11 +21,6 @@ class PromptDataset:
         self.tokenizer = tokenizer
         self.max_prompt_length = max_prompt_length
 
-    @classmethod
-    def from_task(cls, task: str, task_kwargs: dict, size: int, seed: int, tokenizer: Any,
-                  max_prompt_length: int) -> "PromptDataset":
-        return cls(make_task(task, **task_kwargs).examples(size, seed), tokenizer, max_prompt_length)
-
     def __len__(self) -> int:
         return len(self.examples)
 
@@ -46,6 +41,7 @@ class PromptDataset:
             non_tensors={"data_source": [r.data_source for r in rows],
                          "ground_truth": [r.ground_truth for r in rows],
                          "prompt_text": [r.prompt for r in rows],
+                         "extra_info": [r.extra_info for r in rows],
                          "index": list(indices)},
         )
 
@@ -84,3 +80,36 @@ class EpochSampler:
         self.epoch, self.offset = int(state["epoch"]), int(state["offset"])
         self._order = self._make_order()
 
+
+
+def build_datasets(cfg: Any, tokenizer: Any) -> tuple[PromptDataset, PromptDataset | None]:
+    """Training and validation prompts: verl-format parquet files, or the built-in task.
+
+    The built-in task's validation prompts are generated from a different seed (held out).
+    """
+    import logging
+
+    from omegaconf import OmegaConf
+
+    from hybridrl.config.validate import file_list
+
+    data = cfg.data
+    if data.train_files is None:
+        task = make_task(data.task, **OmegaConf.to_container(data.task_kwargs))
+        train = PromptDataset(task.examples(data.train_size, data.seed), tokenizer, data.max_prompt_length)
+        val = PromptDataset(task.examples(data.val_size, data.seed + 7_919), tokenizer, data.max_prompt_length) \
+            if data.val_size > 0 else None
+        return train, val
+    from hybridrl.data.parquet import load_parquet_examples
+
+    def load(files: Any, what: str) -> PromptDataset:
+        examples, stats = load_parquet_examples(
+            file_list(files), tokenizer, prompt_key=data.prompt_key, max_prompt_length=data.max_prompt_length,
+            filter_overlong_prompts=data.filter_overlong_prompts, truncation=data.truncation)
+        logging.getLogger(__name__).info("%s data: %d rows, %d overlong filtered, %d truncated", what,
+                                         stats["rows"], stats["filtered_overlong"], stats["truncated"])
+        return PromptDataset(examples, tokenizer, data.max_prompt_length)
+
+    train = load(data.train_files, "Training")
+    val = load(data.val_files, "Validation") if data.val_files is not None else None
+    return train, val

@@ -33,34 +33,38 @@ def get_reward_fn(data_source: str) -> RewardFn:
     return REWARD_FNS[data_source]
 
 
+def score_one(fn: RewardFn, index: int, data_source: str, response: str, ground_truth: Any,
+              extra_info: Any = None) -> float:
+    """One sample's score; a failure names the function and the sample instead of scoring 0."""
+    name = getattr(fn, "__qualname__", repr(fn))
+    try:
+        value = fn(data_source, response, ground_truth, extra_info)
+    except Exception as exc:
+        raise RewardError(
+            f"Reward function {name} raised on sample {index} (data_source={data_source!r}, "
+            f"response={response!r}): {type(exc).__name__}: {exc}"
+        ) from exc
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise RewardError(
+            f"Reward function {name} returned {value!r} for sample {index} "
+            f"(data_source={data_source!r}); it must return a finite float."
+        )
+    return float(value)
+
+
 def score_batch(
     data_sources: Sequence[str],
     responses: Sequence[str],
     ground_truths: Sequence[Any],
     extra_infos: Sequence[Any] | None = None,
+    reward_fn: RewardFn | None = None,
 ) -> list[float]:
-    """Score each response; a failure names the function and the sample instead of scoring 0."""
+    """Score each response with ``reward_fn`` or the function registered for its data_source."""
     extra_infos = extra_infos if extra_infos is not None else [None] * len(responses)
-    scores = []
-    for i, (source, response, truth, extra) in enumerate(
-        zip(data_sources, responses, ground_truths, extra_infos)
-    ):
-        fn = get_reward_fn(source)
-        name = getattr(fn, "__qualname__", repr(fn))
-        try:
-            value = fn(source, response, truth, extra)
-        except Exception as exc:
-            raise RewardError(
-                f"Reward function {name} raised on sample {i} (data_source={source!r}, "
-                f"response={response!r}): {type(exc).__name__}: {exc}"
-            ) from exc
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise RewardError(
-                f"Reward function {name} returned {value!r} for sample {i} "
-                f"(data_source={source!r}); it must return a finite float."
-            )
-        scores.append(float(value))
-    return scores
+    return [
+        score_one(reward_fn or get_reward_fn(source), i, source, response, truth, extra)
+        for i, (source, response, truth, extra) in enumerate(zip(data_sources, responses, ground_truths, extra_infos))
+    ]
 
 
 def _positional_match(solution_str: str, ground_truth: str) -> float:

@@ -15,6 +15,7 @@ CONSOLE_PHASES = [
     ("timing_s/gen", "gen"), ("timing_s/reward", "reward"), ("timing_s/old_log_prob", "old_lp"),
     ("timing_s/ref", "ref"), ("timing_s/values", "values"), ("timing_s/adv", "adv"),
     ("timing_s/update_critic", "critic"), ("timing_s/update_actor", "actor"),
+    ("timing_s/validation", "val"), ("timing_s/checkpoint", "ckpt"),
 ]
 
 
@@ -47,11 +48,15 @@ class ConsoleTracker:
             self.bar = tqdm(total=total_steps, desc="PPO", unit="step", dynamic_ncols=True, leave=True)
 
     def log(self, metrics: dict[str, Any], step: int) -> None:
+        val = " ".join(f"{k.split('/', 1)[1]} {v:.3f}" for k, v in sorted(metrics.items()) if k.startswith("val-core/"))
+        if "timing_s/step" not in metrics:  # a validation-only row (val_before_train)
+            logger.info("validation at step %d | %s", step, val)
+            return
         score = metrics.get("critic/score/mean", float("nan"))
         length = metrics.get("response_length/mean", float("nan"))
         phases = " ".join(f"{label} {metrics[key]:.2f}s" for key, label in CONSOLE_PHASES if key in metrics)
         line = (f"step {step} | score {score:.3f} | resp_len {length:.1f} | {phases} | "
-                f"step {metrics.get('timing_s/step', float('nan')):.2f}s")
+                f"step {metrics.get('timing_s/step', float('nan')):.2f}s" + (f" | val {val}" if val else ""))
         if self.bar is not None:
             self.bar.set_postfix(score=f"{score:.3f}", len=f"{length:.1f}")
             self.bar.update(1)

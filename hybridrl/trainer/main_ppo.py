@@ -1,4 +1,4 @@
-"""Entry point: ``python -m hybridrl.trainer.main_ppo [key=value ...]``.
+"""Entry point: ``python -m hybridrl.trainer.main_ppo [--config FILE.yaml] [key=value ...]``.
 
 With no arguments it runs the embedded default: the tiny model learns the built-in copy task with PPO
 on a local Ray cluster, on CPU, in a few minutes.
@@ -71,7 +71,7 @@ def learning_summary(history: list[dict[str, float]], window: int) -> dict[str, 
 def run(cfg: DictConfig) -> dict[str, Any]:
     """Run one training job end to end; returns the run directory and the learning summary."""
     from hybridrl.cluster import ray_cluster
-    from hybridrl.data.dataset import PromptDataset
+    from hybridrl.data.dataset import build_datasets
     from hybridrl.models.loader import load_tokenizer
     from hybridrl.cluster.resource_pool import ResourcePoolManager
     from hybridrl.config.roles import active_roles
@@ -90,8 +90,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     (output_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     model_path, tokenizer_path = prepare_model(cfg, output_dir)
     tokenizer = load_tokenizer(tokenizer_path, cfg.actor_rollout_ref.model.trust_remote_code)
-    dataset = PromptDataset.from_task(cfg.data.task, OmegaConf.to_container(cfg.data.task_kwargs),
-                                      cfg.data.train_size, cfg.data.seed, tokenizer, cfg.data.max_prompt_length)
+    dataset, val_dataset = build_datasets(cfg, tokenizer)
 
     pools = ResourcePoolManager.from_config(cfg, roles=active_roles(cfg))
     cluster = ray_cluster.connect(cfg.trainer.ray, cpus_needed=pools.total().get("CPU", 1))
@@ -116,7 +115,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             past = read_rows(output_dir / "metrics.jsonl", start_step)
         tracker = Tracker(list(cfg.trainer.logger), output_dir, cfg, resume_step=start_step if resume_from else None)
         trainer = PPOTrainer(cfg, built["handles"], dataset, tracker, monitor, perf,
-                             checkpoints if cfg.trainer.save_freq > 0 else None)
+                             checkpoints if cfg.trainer.save_freq > 0 else None,
+                             val_dataset=val_dataset, output_dir=output_dir)
         if resume_from is not None:
             trainer.load_state_dict(state)
             trainer.history = past
@@ -145,8 +145,14 @@ def run(cfg: DictConfig) -> dict[str, Any]:
 def main(argv: Sequence[str] | None = None) -> int:
     setup_logging()
     argv = list(sys.argv[1:] if argv is None else argv)
+    yaml_path = None
+    if argv and argv[0] in ("--config", "-c"):
+        if len(argv) < 2:
+            logger.error("Config error: --config needs a YAML file path.")
+            return 2
+        yaml_path, argv = argv[1], argv[2:]
     try:
-        cfg = load_config(argv)
+        cfg = load_config(argv, yaml_path=yaml_path)
     except ConfigError as exc:
         logger.error("Config error: %s", exc)
         return 2

@@ -21,10 +21,12 @@ from hybridrl.cluster.worker_group import WorkerGroup
 from hybridrl.config.roles import critic_enabled, ref_enabled
 from hybridrl.data.dataset import EpochSampler, PromptDataset
 from hybridrl.protocol import Batch
-from hybridrl.rewards.registry import score_batch
+from hybridrl.rewards.scorer import RewardScorer
 from hybridrl.trainer.metrics import data_metrics, throughput_metrics
 from hybridrl.tracking.breakdown import format_breakdown
 from hybridrl.trainer.monitor import RunMonitor
+from hybridrl.trainer.rewarding import RewardStep
+from hybridrl.trainer.validation import run_validation
 
 logger = logging.getLogger(__name__)
 
@@ -65,8 +67,14 @@ def _place_at_last_token(scores: torch.Tensor, response_mask: torch.Tensor) -> t
 class PPOTrainer:
     def __init__(self, cfg: Any, roles: dict[str, RoleHandle], dataset: PromptDataset, tracker: Any,
                  monitor: RunMonitor | None = None, perf: Any | None = None,
-                 checkpoints: Any | None = None) -> None:
+                 checkpoints: Any | None = None, reward: RewardStep | None = None,
+                 val_dataset: PromptDataset | None = None, output_dir: Any | None = None) -> None:
         self.cfg = cfg
+        self.val_dataset = val_dataset
+        self.output_dir = output_dir
+        self._update_started = False
+        self._last_saved = 0
+        self.reward = reward or RewardStep(cfg, RewardScorer.from_config(cfg), roles.get("reward_model"))
         self.checkpoints = checkpoints  # a CheckpointManager, or None for no checkpoints
         self.monitor = monitor or RunMonitor()
         self.perf = perf
@@ -101,22 +109,16 @@ class PPOTrainer:
             batch.union(gen_out)
             metrics.update(RunMonitor.sub_span_timings(results))
         with self.monitor.phase("reward", timings):
-            scores = self._score(batch)
+            scores = self.reward(batch, metrics)
             batch.tensors["token_level_scores"] = _place_at_last_token(scores, batch.tensors["response_mask"])
         if self.estimator.needs_greedy_baseline:
             with self.monitor.phase("gen_max", timings):  # ReMax: the greedy response's reward is the baseline
                 greedy_in = prompts.select(tensor_keys=GEN_KEYS, non_tensor_keys=[], meta_keys=[])
-                greedy_in.meta = {"seed": seed, "greedy": True}
+                greedy_in.meta = {"seed": seed, "sampling": {"do_sample": False}}
                 greedy, _ = actor.dp("generate", greedy_in)
                 greedy.non_tensors.update(prompts.select(tensor_keys=[], meta_keys=[]).non_tensors)
-                batch.tensors["reward_baselines"] = self._score(greedy).repeat_interleave(n)
+                batch.tensors["reward_baselines"] = self.reward(greedy).repeat_interleave(n)
         return batch
-
-    @staticmethod
-    def _score(batch: Batch) -> torch.Tensor:
-        nt = batch.non_tensors
-        return torch.tensor(score_batch(nt["data_source"], nt["response_text"], nt["ground_truth"]),
-                            dtype=torch.float32)
 
     def _rollout(self, step: int, timings: dict, metrics: dict) -> Batch:
         """One batch of scored rollouts; DAPO's dynamic sampling drops groups with no signal."""
@@ -176,6 +178,7 @@ class PPOTrainer:
 
     # -- update --------------------------------------------------------------------------------
     def _update(self, batch: Batch, timings: dict, metrics: dict) -> None:
+        self._update_started = True
         if self.use_critic:
             with self.monitor.phase("update_critic", timings):
                 critic_in = batch.select(tensor_keys=FORWARD_KEYS + ["values", "returns"], non_tensor_keys=[],
@@ -188,9 +191,14 @@ class PPOTrainer:
             actor_in = batch.select(tensor_keys=keys, non_tensor_keys=[], meta_keys=["seed"])
             metrics.update(_mean_over_ranks(self.roles["actor_rollout"].split("update_actor", actor_in)))
 
-    def step(self, step: int, save_checkpoint: bool = False) -> dict[str, float]:
+    def validate(self, step: int) -> dict[str, float]:
+        return run_validation(self.cfg, self.roles["actor_rollout"], self.reward, self.val_dataset, step,
+                              self.output_dir)
+
+    def step(self, step: int, save_checkpoint: bool = False, validate: bool = False) -> dict[str, float]:
         timings: dict[str, float] = {}
         metrics: dict[str, float] = {}
+        self._update_started = False
         with self.monitor.phase("step", timings):
             batch = self._rollout(step, timings, metrics)
             batch.meta["seed"] = self.cfg.trainer.seed * 1_000_003 + step
@@ -198,6 +206,9 @@ class PPOTrainer:
             with self.monitor.phase("adv", timings):
                 self._advantages(batch, metrics)
             self._update(batch, timings, metrics)
+            if validate and self.val_dataset is not None:
+                with self.monitor.phase("validation", timings):
+                    metrics.update(self.validate(step))
             if save_checkpoint:
                 with self.monitor.phase("checkpoint", timings):
                     self.save_checkpoint(step)
@@ -235,16 +246,43 @@ class PPOTrainer:
             for group in {id(h.group): h.group for h in self.roles.values()}.values():
                 group.save_checkpoint(str(tmp))
             self.checkpoints.commit(tmp, step, self.state_dict())
+            self._last_saved = step
         except BaseException:
             self.checkpoints.abort(tmp)  # the previous checkpoint stays the latest
             raise
 
+    def _save_before_failure(self, step: int, state_before: dict[str, Any]) -> None:
+        """A step failed before any update (e.g. a reward function raised): the workers still hold the
+        weights of step - 1, so checkpoint them unless that step is already saved."""
+        if self.checkpoints is None or self._update_started or step - 1 <= self._last_saved:
+            return
+        try:
+            tmp = self.checkpoints.begin(step - 1)
+            for group in {id(h.group): h.group for h in self.roles.values()}.values():
+                group.save_checkpoint(str(tmp))
+            self.checkpoints.commit(tmp, step - 1, state_before)
+            logger.error("Step %d failed before updating; saved step %d so the run can resume from it.", step, step - 1)
+        except Exception as exc:  # noqa: BLE001 - the original failure is what the user must see
+            logger.error("Could not save a checkpoint after the failure: %s", exc)
+
     def fit(self, start_step: int = 0) -> list[dict[str, float]]:
         trainer_cfg = self.cfg.trainer
+        self._last_saved = start_step
+        state_before = self.state_dict()
+        if trainer_cfg.val_before_train and self.val_dataset is not None and start_step == 0:
+            val = self.validate(0)
+            logger.info("Validation before training: %s", val)
+            self.tracker.log(val, 0)
         for step in range(start_step + 1, trainer_cfg.total_steps + 1):
             last = step == trainer_cfg.total_steps
             save = self.checkpoints is not None and trainer_cfg.save_freq > 0 and (last or step % trainer_cfg.save_freq == 0)
-            metrics = self.step(step, save_checkpoint=save)
+            validate = trainer_cfg.test_freq > 0 and (last or step % trainer_cfg.test_freq == 0)
+            try:
+                metrics = self.step(step, save_checkpoint=save, validate=validate)
+            except Exception:
+                self._save_before_failure(step, state_before)
+                raise
+            state_before = self.state_dict()
             if trainer_cfg.cluster_stats_interval and step % trainer_cfg.cluster_stats_interval == 0:
                 metrics.update(object_store_stats())
             self.history.append(metrics)

@@ -49,12 +49,12 @@ class ActorRolloutRole:
 
     def _generate(self, batch: Batch) -> Batch:
         seed = int(batch.meta.get("seed", 0)) * 1009 + self.ctx.rank
+        # meta["sampling"] overrides the rollout settings (validation's val_kwargs, ReMax's greedy pass).
+        sampling = {key: self.rollout_cfg[key] for key in ("do_sample", "temperature", "top_k", "top_p")}
+        sampling.update(batch.meta.get("sampling", {}))
         out = self.rollout.generate(
             batch.tensors["input_ids"].to(self.ctx.device), batch.tensors["attention_mask"].to(self.ctx.device),
-            max_new_tokens=self.cfg.data.max_response_length,
-            do_sample=self.rollout_cfg.do_sample and not batch.meta.get("greedy", False),
-            temperature=self.rollout_cfg.temperature, top_k=self.rollout_cfg.top_k,
-            top_p=self.rollout_cfg.top_p, seed=seed,
+            max_new_tokens=self.cfg.data.max_response_length, seed=seed, **sampling,
         )
         texts = self.tokenizer.batch_decode(out["responses"], skip_special_tokens=True)
         return Batch.from_dict(tensors={k: v.cpu() for k, v in out.items()}, non_tensors={"response_text": texts})
