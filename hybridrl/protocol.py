@@ -171,6 +171,10 @@ class Batch:
         cols = {k: v[norm] for k, v in self.non_tensors.items()}
         return Batch(tensors=td, non_tensors=cols, meta=dict(self.meta))
 
+    def nbytes(self) -> int:
+        """Bytes of the tensor columns (what dominates a transfer; non-tensor columns are not counted)."""
+        return int(sum(t.numel() * t.element_size() for t in self.tensors.values(include_nested=True, leaves_only=True)))
+
     def to(self, device: torch.device | str) -> Batch:
         """Move tensors to ``device``; non-tensors stay host-side Python objects."""
         return Batch(tensors=self.tensors.to(device), non_tensors=dict(self.non_tensors), meta=dict(self.meta))

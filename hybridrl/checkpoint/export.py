@@ -16,7 +16,9 @@ logger = logging.getLogger(__name__)
 def export_actor(checkpoint_dir: str | Path, out_dir: str | Path) -> Path:
     """Reassemble the actor's full weights from every rank's shards and save them with the model's
     config and tokenizer (kept in the checkpoint), loadable with ``from_pretrained``."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+    from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
+
+    from hybridrl.models.loader import load_tokenizer
 
     checkpoint_dir, out_dir = Path(checkpoint_dir), Path(out_dir)
     if not (checkpoint_dir / STATE).exists():
@@ -40,6 +42,6 @@ def export_actor(checkpoint_dir: str | Path, out_dir: str | Path) -> Path:
     model.save_pretrained(out_dir, safe_serialization=True)
     if (hf_meta / "generation_config.json").exists():
         GenerationConfig.from_pretrained(hf_meta).save_pretrained(out_dir)
-    AutoTokenizer.from_pretrained(hf_meta).save_pretrained(out_dir)
+    load_tokenizer(str(hf_meta)).save_pretrained(out_dir)
     logger.info("Exported %s to %s", checkpoint_dir, out_dir)
     return out_dir

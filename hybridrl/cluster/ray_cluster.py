@@ -39,7 +39,9 @@ def connect(ray_cfg: Any, cpus_needed: float) -> ClusterInfo:
     """
     import ray
 
-    runtime_env = {"env_vars": _worker_env(dict(ray_cfg.env_vars or {}))}
+    runtime_env: dict[str, Any] = {"env_vars": _worker_env(dict(ray_cfg.env_vars or {}))}
+    if ray_cfg.working_dir:
+        runtime_env["working_dir"] = ray_cfg.working_dir
     if ray_cfg.address:
         ctx = ray.init(address=ray_cfg.address, runtime_env=runtime_env, logging_level=logging.WARNING,
                  log_to_driver=True)

@@ -4,7 +4,9 @@ The seed writes ``ResourcePoolManager(actor_rollout={"GPU": 4}, critic={"GPU": 2
 with a role -> pool mapping; YAML writes the same under ``resource_pool.pools`` / ``.mapping``.
 A pool with ``GPU: n`` has n workers with one GPU each. On a cluster without GPUs the same pool becomes
 n CPU workers (one CPU each) with a logged notice, so one config runs on a laptop and on a cluster.
-A pool with only ``CPU: n`` has ``workers`` workers (default 1) sharing the n CPUs.
+A pool with only ``CPU: n`` has ``workers`` workers (default 1) sharing the n CPUs. Any other key is a
+custom resource label (e.g. ``gpu_group: 8``), split evenly over the bundles, so the pool lands only on
+nodes that advertise it; ``strategy`` is the placement strategy (PACK, SPREAD, STRICT_PACK, STRICT_SPREAD).
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from typing import Any, Mapping
 
 logger = logging.getLogger(__name__)
 
-_KNOWN_KEYS = ("GPU", "CPU", "workers")
+_KNOWN_KEYS = ("GPU", "CPU", "workers", "strategy")
+STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 
 
 @dataclass(frozen=True)
@@ -27,10 +30,18 @@ class PoolSpec:
     gpus_per_worker: float
     cpus_per_worker: float
     custom: dict[str, float] = field(default_factory=dict)
+    strategy: str = "PACK"  # Ray placement strategy of the pool's bundles
 
     @classmethod
     def from_resources(cls, name: str, resources: Mapping[str, Any]) -> "PoolSpec":
-        res = {str(k): float(v) for k, v in dict(resources).items()}
+        resources = dict(resources)
+        strategy = str(resources.pop("strategy", "PACK")).upper()
+        if strategy not in STRATEGIES:
+            raise ValueError(f"Pool '{name}': strategy={strategy!r}; choose one of {', '.join(STRATEGIES)}.")
+        try:
+            res = {str(k): float(v) for k, v in resources.items()}
+        except (TypeError, ValueError):
+            raise ValueError(f"Pool '{name}': resource amounts must be numbers; got {resources}.") from None
         for key, value in res.items():
             if value < 0:
                 raise ValueError(f"Pool '{name}': resource {key}={value} must not be negative.")
@@ -47,7 +58,7 @@ class PoolSpec:
                     f"and workers={workers}. Remove 'workers' or make them equal."
                 )
             per_cpu = max(1.0, cpus / workers) if cpus else 1.0
-            return cls(name, workers, 1.0, per_cpu, {k: v / workers for k, v in custom.items()})
+            return cls(name, workers, 1.0, per_cpu, {k: v / workers for k, v in custom.items()}, strategy)
         if not cpus:
             raise ValueError(
                 f"Pool '{name}' asks for no GPU and no CPU ({dict(resources)}); "
@@ -56,7 +67,7 @@ class PoolSpec:
         workers = int(res.get("workers", 1))
         if workers < 1:
             raise ValueError(f"Pool '{name}': workers={workers} must be at least 1.")
-        return cls(name, workers, 0.0, cpus / workers, {k: v / workers for k, v in custom.items()})
+        return cls(name, workers, 0.0, cpus / workers, {k: v / workers for k, v in custom.items()}, strategy)
 
     def on_cpu_only_cluster(self) -> "PoolSpec":
         """The same pool where no GPU exists: each GPU worker becomes a one-CPU worker."""
@@ -66,7 +77,7 @@ class PoolSpec:
             "No GPU in the cluster: pool '%s' runs its %d GPU workers as %d CPU workers.",
             self.name, self.num_workers, self.num_workers,
         )
-        return PoolSpec(self.name, self.num_workers, 0.0, self.cpus_per_worker, dict(self.custom))
+        return PoolSpec(self.name, self.num_workers, 0.0, self.cpus_per_worker, dict(self.custom), self.strategy)
 
     def bundles(self) -> list[dict[str, float]]:
         bundle: dict[str, float] = {"CPU": self.cpus_per_worker, **self.custom}

@@ -35,7 +35,7 @@ class WorkerGroup:
         self.call_timeout_s = call_timeout_s
         self.monitor = monitor  # a RunMonitor: timeline, stragglers, resources (optional)
         self.actors: list[Any] = []
-        self.placement_group = placement_group(pool.bundles(), strategy="PACK", name=f"hybridrl-{pool.name}")
+        self.placement_group = placement_group(pool.bundles(), strategy=pool.strategy, name=f"hybridrl-{pool.name}")
         try:
             ready, _ = ray.wait([self.placement_group.ready()], timeout=start_timeout_s)
             if not ready:
@@ -94,10 +94,11 @@ class WorkerGroup:
                 raise WorkerCallTimeout(self.name, [index[ready[0]]], method, timeout_s) from None
         return ray.get(refs)
 
-    def _gather(self, refs: list[Any], name: str) -> list[CallResult]:
+    def _gather(self, refs: list[Any], name: str, sent_bytes: int = 0) -> list[CallResult]:
         results = self._wait(refs, name)
         if self.monitor is not None:
-            self.monitor.on_call(self.name, name, results)
+            received = sum(r.value.nbytes() for r in results if isinstance(r.value, Batch))
+            self.monitor.on_call(self.name, name, results, sent_bytes + received)
         return results
 
     def call_all(self, role: str, method: str, *args: Any, **kwargs: Any) -> list[Any]:
@@ -120,7 +121,7 @@ class WorkerGroup:
         """Give each rank its equal shard of ``batch``; return the per-rank results in rank order."""
         shards = batch.split(self.world_size)
         refs = [a.call.remote(role, method, shard) for a, shard in zip(self.actors, shards)]
-        return self._gather(refs, f"{role}.{method}")
+        return self._gather(refs, f"{role}.{method}", batch.nbytes())
 
     def call_dp(self, role: str, method: str, batch: Batch) -> tuple[Batch, list[CallResult]]:
         """Split ``batch`` over the ranks, run ``role.method`` on each shard, gather the rows in order.

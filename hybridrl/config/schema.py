@@ -210,7 +210,7 @@ class RewardConfig:
 
 @dataclass
 class ResourcePoolConfig:
-    pools: Dict[str, Dict[str, float]] = MISSING
+    pools: Dict[str, Dict[str, Any]] = MISSING
     mapping: Dict[str, str] = MISSING
 
 
@@ -221,6 +221,7 @@ class RayConfig:
     include_dashboard: bool = MISSING
     dashboard_host: str = MISSING
     env_vars: Dict[str, str] = MISSING
+    working_dir: Optional[str] = MISSING
     object_store_memory: Optional[int] = MISSING
     start_timeout_s: float = MISSING
     call_timeout_s: float = MISSING

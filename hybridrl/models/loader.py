@@ -17,10 +17,19 @@ def _check_dir(path: str, what: str) -> None:
 
 
 def load_tokenizer(path: str, trust_remote_code: bool = False):
-    from transformers import AutoTokenizer
+    import json
+
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
     _check_dir(path, "Tokenizer")
-    tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code, local_files_only=True)
+    config_file = Path(path) / "tokenizer_config.json"
+    saved_class = json.loads(config_file.read_text()).get("tokenizer_class") if config_file.exists() else None
+    if saved_class in ("TokenizersBackend", "PreTrainedTokenizerFast"):
+        # A tokenizer saved from a plain tokenizers.Tokenizer: AutoTokenizer (transformers 5) would pick the
+        # class of config.json's model_type (e.g. Qwen2Tokenizer) and replace its pre-tokenizer.
+        tokenizer = PreTrainedTokenizerFast.from_pretrained(path, local_files_only=True)
+    else:
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code, local_files_only=True)
     tokenizer.padding_side = "left"  # generation continues prompts from their right edge
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token

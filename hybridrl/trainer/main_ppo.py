@@ -101,6 +101,12 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     try:
         built = build_groups(cfg, pools.for_cluster(cluster.gpus), model_path, tokenizer_path, monitor)
         groups = built["groups"]
+        placement = {group.name: {"pool": group.pool.name, "ranks": group.node_info} for group in groups}
+        (output_dir / "placement.json").write_text(json.dumps(placement, indent=1))
+        for group in groups:
+            nodes = sorted({info["node_id"][:8] if info.get("node_id") else info["ip"] for info in group.node_info})
+            logger.info("Group %s on pool '%s': %d ranks on node(s) %s", group.name, group.pool.name,
+                        group.world_size, ", ".join(nodes))
         perf = StepPerf.create(cfg, model_path, groups)
         checkpoints = CheckpointManager(output_dir / "checkpoints", cfg.trainer.max_ckpt_to_keep)
         checkpoints.remove_stale_temporaries()
@@ -156,11 +162,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         logger.error("Config error: %s", exc)
         return 2
+    from hybridrl.checkpoint.manager import CheckpointError
+    from hybridrl.cluster.errors import PoolPlacementError, WorkerCallError, WorkerCallTimeout
+    from hybridrl.rewards.registry import RewardError
+
     try:
         result = run(cfg)
     except KeyboardInterrupt:
         logger.error("Interrupted: workers and the local Ray cluster were shut down.")
         return 130
+    except (RewardError, WorkerCallError, WorkerCallTimeout, PoolPlacementError, CheckpointError,
+            FileNotFoundError, ValueError) as exc:
+        # Known failures get one clear line; checkpoints already written stay (resume_mode=auto).
+        logger.error("%s: %s", type(exc).__name__, exc)
+        return 1
     s = result["summary"]
     verdict = "the reward rose" if s["gain"] >= 0.25 else "the reward did not rise by 0.25"
     logger.info(

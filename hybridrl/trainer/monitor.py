@@ -29,10 +29,13 @@ class RunMonitor:
         self.straggler_warnings: list[str] = []
         self.resources: dict[tuple[str, int], dict[str, float]] = {}
         self._step_stragglers = 0
+        self._transfer_bytes = 0
 
     # -- worker side ---------------------------------------------------------------------------
-    def on_call(self, group: str, call: str, results: list[Any]) -> None:
-        """Record one group call: per-rank spans into the trace, the slowest rank against the median."""
+    def on_call(self, group: str, call: str, results: list[Any], transfer_bytes: int = 0) -> None:
+        """Record one group call: per-rank spans into the trace, the slowest rank against the median,
+        and the bytes of batches that crossed Ray's object store (to the workers and back)."""
+        self._transfer_bytes += transfer_bytes
         for rank, result in enumerate(results):
             if self.trace is not None:
                 self.trace.span(group, rank, call, result.span.start, result.span.end)
@@ -71,8 +74,10 @@ class RunMonitor:
 
     def step_metrics(self) -> dict[str, float]:
         """Resource use per worker group (peak memory, CPU/GPU utilisation) and straggler count."""
-        metrics: dict[str, float] = {"perf/stragglers": float(self._step_stragglers)}
+        metrics: dict[str, float] = {"perf/stragglers": float(self._step_stragglers),
+                                     "ray/transfer_mb": self._transfer_bytes / 2**20}
         self._step_stragglers = 0
+        self._transfer_bytes = 0
         groups = sorted({g for g, _ in self.resources})
         for group in groups:
             rows = [r for (g, _), r in sorted(self.resources.items()) if g == group]

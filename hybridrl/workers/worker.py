@@ -38,8 +38,9 @@ def _role_classes() -> dict[str, type]:
     from hybridrl.workers.actor_rollout import ActorRolloutRole
     from hybridrl.workers.critic import CriticRole
     from hybridrl.workers.ref import RefRole
+    from hybridrl.workers.reward_model import RewardModelRole
 
-    return {"actor_rollout": ActorRolloutRole, "critic": CriticRole, "ref": RefRole}
+    return {"actor_rollout": ActorRolloutRole, "critic": CriticRole, "ref": RefRole, "reward_model": RewardModelRole}
 
 
 class Worker:

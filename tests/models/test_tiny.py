@@ -44,3 +44,10 @@ def test_missing_model_dir_is_a_clear_error(tmp_path):
 
     with pytest.raises(FileNotFoundError, match="does not exist; give a local Hugging Face model directory"):
         load_causal_lm(str(tmp_path / "nope"))
+
+
+def test_reloaded_tokenizer_keeps_every_character(tmp_path):
+    path = ensure_tiny_model(tmp_path / "m", **TINY)
+    tok = load_tokenizer(path)
+    ids = tok("12 + 3", add_special_tokens=False)["input_ids"]
+    assert len(ids) == 6 and tok.decode(ids) == "12 + 3"

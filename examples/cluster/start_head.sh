@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Start the Ray head node of a hybridrl cluster (see docs/CLUSTER.md).
+#
+#   bash examples/cluster/start_head.sh
+#   NUM_CPUS=32 DASHBOARD_HOST=0.0.0.0 bash examples/cluster/start_head.sh
+#
+# Every setting is an environment variable with a default:
+#   RAY_PORT             GCS port workers join on                       (6379)
+#   DASHBOARD_HOST       address the dashboard / job API listens on     (127.0.0.1: reach it with an SSH tunnel)
+#   DASHBOARD_PORT       dashboard and `ray job submit` port            (8265)
+#   CLIENT_PORT          Ray client server port                         (10001)
+#   NUM_CPUS             logical CPUs this node offers                  (all cores, `nproc`)
+#   HEAD_NUM_GPUS        GPUs this node offers to workers               (0: the head only runs the driver)
+#   HEAD_LABEL           custom resource marking the head               (head)
+#   OBJECT_STORE_MEMORY  object store bytes (RAY_object_store_memory is accepted as an alias)
+#                        (30% of MemTotal, the seed's advice)
+#   SPILL_DIR            where full object stores spill (empty: Ray's temp dir under /tmp/ray)
+#   NODE_IP              --node-ip-address, when the node has several networks (empty: Ray picks)
+#   RAY_BLOCK            1 = stay in the foreground (`--block`), e.g. as a container's command  (0)
+set -euo pipefail
+
+RAY_PORT="${RAY_PORT:-6379}"
+DASHBOARD_HOST="${DASHBOARD_HOST:-127.0.0.1}"
+DASHBOARD_PORT="${DASHBOARD_PORT:-8265}"
+CLIENT_PORT="${CLIENT_PORT:-10001}"
+NUM_CPUS="${NUM_CPUS:-$(nproc)}"
+HEAD_NUM_GPUS="${HEAD_NUM_GPUS:-0}"
+HEAD_LABEL="${HEAD_LABEL:-head}"
+SPILL_DIR="${SPILL_DIR:-}"
+NODE_IP="${NODE_IP:-}"
+RAY_BLOCK="${RAY_BLOCK:-0}"
+
+# The seed suggests an object store of about 30% of the node's memory.
+mem_total_kb="$(awk '/^MemTotal:/ {print $2}' /proc/meminfo)"
+OBJECT_STORE_MEMORY="${OBJECT_STORE_MEMORY:-${RAY_object_store_memory:-$((mem_total_kb * 1024 * 30 / 100))}}"
+
+# The object store lives in /dev/shm. Docker's default /dev/shm is 64 MiB: start the container with
+# --shm-size larger than the object store, or Ray falls back to slower disk-backed memory.
+shm_bytes="$(df -k --output=size /dev/shm 2>/dev/null | tail -n 1 | tr -d ' ' || true)"
+if [[ -n "${shm_bytes}" && "${shm_bytes}" =~ ^[0-9]+$ ]] && ((shm_bytes * 1024 < OBJECT_STORE_MEMORY)); then
+    echo "warning: /dev/shm ($((shm_bytes / 1024 / 1024)) GiB) is smaller than the object store" \
+        "($((OBJECT_STORE_MEMORY / 1024 / 1024 / 1024)) GiB); raise docker run --shm-size." >&2
+fi
+
+args=(
+    --head
+    --port="${RAY_PORT}"
+    --dashboard-host="${DASHBOARD_HOST}"
+    --dashboard-port="${DASHBOARD_PORT}"
+    --ray-client-server-port="${CLIENT_PORT}"
+    --resources="{\"${HEAD_LABEL}\": 1}"
+    --num-cpus="${NUM_CPUS}"
+    --num-gpus="${HEAD_NUM_GPUS}"
+    --object-store-memory="${OBJECT_STORE_MEMORY}"
+)
+[[ -n "${SPILL_DIR}" ]] && args+=(--object-spilling-directory="${SPILL_DIR}")
+[[ -n "${NODE_IP}" ]] && args+=(--node-ip-address="${NODE_IP}")
+[[ "${RAY_BLOCK}" == "1" ]] && args+=(--block)
+
+echo "+ ray start ${args[*]}"
+ray start "${args[@]}"

@@ -1,0 +1,96 @@
+"""Load a sequence-classification reward model (one scalar per sequence) from a local HF directory.
+
+A reward model here is any ``AutoModelForSequenceClassification`` checkpoint with ``num_labels=1``
+(e.g. a Qwen2/Llama ``...ForSequenceClassification``). Its tokenizer is loaded from its own
+directory, because it may differ from the policy's.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import torch
+from torch import nn
+
+logger = logging.getLogger(__name__)
+
+
+def _check_dir(path: str | Path | None, what: str) -> str:
+    if not path or not Path(path).is_dir():
+        raise FileNotFoundError(
+            f"{what} directory '{path}' does not exist; give a local Hugging Face model directory "
+            f"(downloads from a hub are not attempted)."
+        )
+    return str(path)
+
+
+def load_reward_tokenizer(path: str, trust_remote_code: bool = False):
+    """The reward model's tokenizer, right-padded (HF picks the score at the last non-pad token)."""
+    from hybridrl.models.loader import load_tokenizer
+
+    path = _check_dir(path, "Reward model tokenizer")
+    tokenizer = load_tokenizer(str(path), trust_remote_code)
+    tokenizer.padding_side = "right"
+    tokenizer.truncation_side = "left"  # keep the end of the text: the response is what is scored
+    if tokenizer.pad_token_id is None:
+        if tokenizer.eos_token is None:
+            raise ValueError(f"The reward model tokenizer in '{path}' has neither a pad nor an eos token.")
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_reward_model(path: str, trust_remote_code: bool = False, *, tokenizer_path: str | None = None,
+                      seed: int = 0, dtype: torch.dtype = torch.float32) -> tuple[nn.Module, object]:
+    """``(model, tokenizer)``: a ``num_labels=1`` sequence classifier and its (right-padding) tokenizer.
+
+    ``model.config.pad_token_id`` is set from the tokenizer, so that HF's pooling (the logit at the
+    rightmost non-pad token) works on padded batches. Weights missing from the checkpoint (a
+    classification head on a plain LM checkpoint) are initialised under ``seed``, identically on
+    every rank, and a warning is logged: such a "reward model" is untrained.
+    """
+    from transformers import AutoModelForSequenceClassification
+
+    path = _check_dir(path, "Reward model")
+    tokenizer = load_reward_tokenizer(tokenizer_path or path, trust_remote_code)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model, info = AutoModelForSequenceClassification.from_pretrained(
+            path, num_labels=1, dtype=dtype, trust_remote_code=trust_remote_code, local_files_only=True,
+            attn_implementation="sdpa", output_loading_info=True,
+        )
+    if info.get("missing_keys"):
+        logger.warning("Reward model '%s' lacks weights %s: they are randomly initialised (an untrained head?).",
+                       path, sorted(info["missing_keys"]))
+    model.config.pad_token_id = tokenizer.pad_token_id
+    text_config = model.config.get_text_config()
+    if text_config is not model.config:
+        text_config.pad_token_id = tokenizer.pad_token_id
+    model.config.use_cache = False
+    model.eval()
+    return model, tokenizer
+
+
+def build_tiny_reward_model(directory: str | Path, seed: int = 0, *, hidden_size: int = 32,
+                            num_hidden_layers: int = 2, num_attention_heads: int = 4,
+                            num_key_value_heads: int = 2, intermediate_size: int = 64) -> str:
+    """Save a tiny random ``Qwen2ForSequenceClassification`` (num_labels=1) + the tiny tokenizer."""
+    from transformers import Qwen2ForSequenceClassification
+
+    from hybridrl.models.tiny import build_model_config, build_tokenizer
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    tokenizer = build_tokenizer()
+    config = build_model_config(tokenizer, hidden_size, num_hidden_layers, num_attention_heads,
+                                num_key_value_heads, intermediate_size)
+    config.num_labels = 1
+    config.pad_token_id = tokenizer.pad_token_id
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Qwen2ForSequenceClassification(config)
+        # The default init (std 0.02) makes every score ~0; a larger head spreads them for tests.
+        nn.init.normal_(model.score.weight, std=1.0)
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return str(directory)
