@@ -13,7 +13,7 @@ from hybridrl.models.loader import load_causal_lm, load_tokenizer
 from hybridrl.parallel.engine import make_engine, state_digest
 from hybridrl.protocol import Batch
 from hybridrl.rollout.hf_engine import HFRolloutEngine
-from hybridrl.workers.forward import mean_metrics, micro_batches, policy_forward
+from hybridrl.workers.forward import micro_batches, policy_forward, ppo_update
 
 logger = logging.getLogger(__name__)
 
@@ -76,51 +76,33 @@ class ActorRolloutRole:
     # -- update --------------------------------------------------------------------------------
     def update_actor(self, batch: Batch) -> dict[str, float]:
         cfg = self.actor_cfg
-        n = self.rollout_cfg.n
-        mini = cfg.ppo_mini_batch_size * n // self.ctx.world_size
-        rows: list[dict[str, float]] = []
         policy_loss = get_policy_loss(cfg.policy_loss.loss_mode)
         clip_low = cfg.clip_ratio if cfg.clip_ratio_low is None else cfg.clip_ratio_low
         clip_high = cfg.clip_ratio if cfg.clip_ratio_high is None else cfg.clip_ratio_high
-        generator = torch.Generator().manual_seed(int(batch.meta.get("seed", 0)))
-        self.engine.model.train()
-        for _ in range(cfg.ppo_epochs):
-            data = batch.shuffle(generator) if cfg.shuffle else batch
-            for mini_batch in data.minibatches(mini):
-                micros = mini_batch.minibatches(cfg.ppo_micro_batch_size_per_gpu)
-                stats = []
-                for mb in micros:
-                    mb = mb.to(self.ctx.device)
-                    mask = mb.tensors["response_mask"].float()
-                    with self.engine.autocast():
-                        log_prob, entropy = policy_forward(self.engine.model, mb, self.rollout_cfg.temperature,
-                                                           with_entropy=True)
-                    pg = policy_loss(
-                        mb.tensors["old_log_probs"], log_prob, mb.tensors["advantages"], mask,
-                        clip_ratio_low=clip_low, clip_ratio_high=clip_high, clip_ratio_c=cfg.clip_ratio_c,
-                        loss_agg_mode=cfg.loss_agg_mode,
-                    )
-                    entropy_loss = agg_loss(entropy, mask, cfg.loss_agg_mode)
-                    loss = pg["pg_loss"] - cfg.entropy_coeff * entropy_loss
-                    row = {"actor/pg_loss": float(pg["pg_loss"].detach()),
-                           "actor/pg_clipfrac": float(pg["pg_clipfrac"]),
-                           "actor/pg_clipfrac_lower": float(pg["pg_clipfrac_lower"]),
-                           "actor/ppo_kl": float(pg["ppo_kl"]), "actor/entropy": float(entropy_loss.detach())}
-                    if cfg.use_kl_loss:
-                        kl = compute_kl_loss(log_prob, mb.tensors["ref_log_probs"], mask, cfg.kl_loss_type,
-                                             cfg.loss_agg_mode)
-                        loss = loss + cfg.kl_loss_coef * kl
-                        row["actor/kl_loss"] = float(kl.detach())
-                        row["actor/kl_coef"] = cfg.kl_loss_coef
-                    (loss / len(micros)).backward()
-                    stats.append(row)
-                row = mean_metrics(stats)
-                row["actor/grad_norm"] = self.engine.step(cfg.grad_clip)
-                rows.append(row)
-        out = mean_metrics(rows)
-        out["actor/lr"] = self.engine.lr
-        out["actor/skipped_steps"] = float(self.engine.skipped_steps)
-        return out
+
+        def micro_loss(mb: Batch) -> tuple[torch.Tensor, dict[str, float]]:
+            mask = mb.tensors["response_mask"].float()
+            with self.engine.autocast():
+                log_prob, entropy = policy_forward(self.engine.model, mb, self.rollout_cfg.temperature,
+                                                   with_entropy=True)
+            pg = policy_loss(mb.tensors["old_log_probs"], log_prob, mb.tensors["advantages"], mask,
+                             clip_ratio_low=clip_low, clip_ratio_high=clip_high, clip_ratio_c=cfg.clip_ratio_c,
+                             loss_agg_mode=cfg.loss_agg_mode)
+            entropy_loss = agg_loss(entropy, mask, cfg.loss_agg_mode)
+            loss = pg["pg_loss"] - cfg.entropy_coeff * entropy_loss
+            row = {"actor/pg_loss": float(pg["pg_loss"].detach()), "actor/pg_clipfrac": float(pg["pg_clipfrac"]),
+                   "actor/pg_clipfrac_lower": float(pg["pg_clipfrac_lower"]),
+                   "actor/ppo_kl": float(pg["ppo_kl"]), "actor/entropy": float(entropy_loss.detach())}
+            if cfg.use_kl_loss:
+                kl = compute_kl_loss(log_prob, mb.tensors["ref_log_probs"], mask, cfg.kl_loss_type, cfg.loss_agg_mode)
+                loss = loss + cfg.kl_loss_coef * kl
+                row["actor/kl_loss"] = float(kl.detach())
+                row["actor/kl_coef"] = cfg.kl_loss_coef
+            return loss, row
+
+        mini = cfg.ppo_mini_batch_size * self.rollout_cfg.n // self.ctx.world_size
+        return ppo_update(self.engine, batch, cfg, mini, int(batch.meta.get("seed", 0)), self.ctx.device,
+                          micro_loss, "actor")
 
     # -- inspection and export -----------------------------------------------------------------
     def state_digest(self) -> dict[str, str]:

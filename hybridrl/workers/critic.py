@@ -11,7 +11,7 @@ from hybridrl.algorithms.utils import masked_mean
 from hybridrl.models.loader import load_value_model
 from hybridrl.parallel.engine import make_engine
 from hybridrl.protocol import Batch
-from hybridrl.workers.forward import mean_metrics, micro_batches, value_forward
+from hybridrl.workers.forward import micro_batches, ppo_update, value_forward
 
 
 class CriticRole:
@@ -36,32 +36,20 @@ class CriticRole:
 
     def update_critic(self, batch: Batch) -> dict[str, float]:
         cfg = self.cfg
+
+        def micro_loss(mb: Batch) -> tuple[torch.Tensor, dict[str, float]]:
+            mask = mb.tensors["response_mask"].float()
+            with self.engine.autocast():
+                vpreds = value_forward(self.engine.model, mb)
+            vf = compute_value_loss(vpreds, mb.tensors["returns"], mb.tensors["values"], mask,
+                                    cfg.cliprange_value, loss_agg_mode=cfg.loss_agg_mode)
+            return vf["vf_loss"], {"critic/vf_loss": float(vf["vf_loss"].detach()),
+                                   "critic/vf_clipfrac": float(vf["vf_clipfrac"]),
+                                   "critic/vpred_mean": float(masked_mean(vpreds.detach(), mask))}
+
         mini = cfg.ppo_mini_batch_size * self.n // self.ctx.world_size
-        generator = torch.Generator().manual_seed(int(batch.meta.get("seed", 0)) + 1)
-        rows: list[dict[str, float]] = []
-        self.engine.model.train()
-        for _ in range(cfg.ppo_epochs):
-            data = batch.shuffle(generator) if cfg.shuffle else batch
-            for mini_batch in data.minibatches(mini):
-                micros = mini_batch.minibatches(cfg.ppo_micro_batch_size_per_gpu)
-                stats = []
-                for mb in micros:
-                    mb = mb.to(self.ctx.device)
-                    mask = mb.tensors["response_mask"].float()
-                    with self.engine.autocast():
-                        vpreds = value_forward(self.engine.model, mb)
-                    vf = compute_value_loss(vpreds, mb.tensors["returns"], mb.tensors["values"], mask,
-                                            cfg.cliprange_value, loss_agg_mode=cfg.loss_agg_mode)
-                    (vf["vf_loss"] / len(micros)).backward()
-                    stats.append({"critic/vf_loss": float(vf["vf_loss"].detach()),
-                                  "critic/vf_clipfrac": float(vf["vf_clipfrac"]),
-                                  "critic/vpred_mean": float(masked_mean(vpreds.detach(), mask))})
-                row = mean_metrics(stats)
-                row["critic/grad_norm"] = self.engine.step(cfg.grad_clip)
-                rows.append(row)
-        out = mean_metrics(rows)
-        out["critic/lr"] = self.engine.lr
-        return out
+        return ppo_update(self.engine, batch, cfg, mini, int(batch.meta.get("seed", 0)) + 1, self.ctx.device,
+                          micro_loss, "critic")
 
     def state_digest(self) -> dict[str, str]:
         return {"train": self.engine.state_digest()}

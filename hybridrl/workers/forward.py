@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import torch
 from torch import nn
 
@@ -43,3 +45,29 @@ def mean_metrics(rows: list[dict[str, float]]) -> dict[str, float]:
 def micro_batches(batch: Batch, size: int) -> list[Batch]:
     """Consecutive chunks of at most ``size`` rows (the last may be smaller): forward-only passes."""
     return [batch[i:i + size] for i in range(0, len(batch), size)]
+
+
+def ppo_update(engine: Any, batch: Batch, cfg: Any, mini_size: int, seed: int, device: torch.device,
+               micro_loss: Callable[[Batch], tuple[torch.Tensor, dict[str, float]]], prefix: str) -> dict[str, float]:
+    """PPO epochs over ``batch``: mini-batches of ``mini_size`` rows (one optimizer step each), split into
+    micro-batches of ``cfg.ppo_micro_batch_size_per_gpu`` whose gradients accumulate. ``micro_loss``
+    gives one micro-batch's loss and metrics; the returned metrics are their means."""
+    generator = torch.Generator().manual_seed(seed)
+    rows: list[dict[str, float]] = []
+    engine.model.train()
+    for _ in range(cfg.ppo_epochs):
+        data = batch.shuffle(generator) if cfg.shuffle else batch
+        for mini_batch in data.minibatches(mini_size):
+            micros = mini_batch.minibatches(cfg.ppo_micro_batch_size_per_gpu)
+            stats = []
+            for mb in micros:
+                loss, row = micro_loss(mb.to(device))
+                (loss / len(micros)).backward()
+                stats.append(row)
+            row = mean_metrics(stats)
+            row[f"{prefix}/grad_norm"] = engine.step(cfg.grad_clip)
+            rows.append(row)
+    out = mean_metrics(rows)
+    out[f"{prefix}/lr"] = engine.lr
+    out[f"{prefix}/skipped_steps"] = float(engine.skipped_steps)
+    return out
