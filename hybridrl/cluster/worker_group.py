@@ -62,7 +62,9 @@ class WorkerGroup:
                 ))
             master_addr, master_port = self._wait([self.actors[0].master_address.remote()], "master_address", start_timeout_s)[0]
             self.node_info = self._wait([a.node_info.remote() for a in self.actors], "node_info", start_timeout_s)
-            self._wait([a.setup.remote(master_addr, master_port, call_timeout_s) for a in self.actors], "setup", start_timeout_s)
+            nodes = [info.get("node_id") or info["ip"] for info in self.node_info]
+            self._wait([a.setup.remote(master_addr, master_port, call_timeout_s, nodes.count(nodes[rank]))
+                        for rank, a in enumerate(self.actors)], "setup", start_timeout_s)
         except BaseException:
             self.shutdown()
             raise

@@ -61,6 +61,28 @@ def _parse_overrides(overrides: Iterable[str]) -> DictConfig:
         raise ConfigError(f"Could not parse overrides {overrides}: {exc}") from None
 
 
+STRATEGY_SECTIONS = ("actor_rollout_ref.actor", "critic")
+
+
+def _normalize_seed_strategy(layer: DictConfig) -> DictConfig:
+    """Accept the seed's ``strategy: {name: fsdp, params: {...}}`` form for a role: it means
+    ``strategy: fsdp`` plus the params under that role's ``fsdp`` section."""
+    for section in STRATEGY_SECTIONS:
+        node = OmegaConf.select(layer, section)
+        strategy = node.get("strategy") if isinstance(node, DictConfig) else None
+        if not isinstance(strategy, DictConfig):
+            continue
+        unknown = set(strategy) - {"name", "params"}
+        if unknown:
+            raise ConfigError(f"{section}.strategy as a mapping takes 'name' and 'params'; got {sorted(unknown)}.")
+        name = strategy.get("name", "fsdp")
+        params = strategy.get("params") or {}
+        node["strategy"] = name
+        if params:
+            node[name] = OmegaConf.merge(node.get(name) or {}, params)
+    return layer
+
+
 def load_config(overrides: Iterable[str] = (), yaml_path: str | None = None) -> DictConfig:
     """Return the resolved, typed and validated config.
 
@@ -74,6 +96,7 @@ def load_config(overrides: Iterable[str] = (), yaml_path: str | None = None) -> 
         except (OSError, OmegaConfBaseException) as exc:
             raise ConfigError(f"Could not read config file {yaml_path}: {exc}") from None
     layers.append(_parse_overrides(overrides))
+    layers = [layers[0]] + [_normalize_seed_strategy(layer) for layer in layers[1:]]
     cfg = schema
     for layer in layers:
         try:

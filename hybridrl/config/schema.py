@@ -41,8 +41,10 @@ class CriticModelConfig:
 @dataclass
 class FSDPConfig:
     sharding_strategy: str = MISSING
+    shard_group_size: Optional[int] = MISSING
     mixed_precision: bool = MISSING
     cpu_offload: bool = MISSING
+    limit_all_gathers: bool = MISSING
 
 
 @dataclass
@@ -79,6 +81,7 @@ class ActorConfig:
     grad_clip: float = MISSING
     loss_agg_mode: str = MISSING
     precision: str = MISSING
+    gradient_scale: float = MISSING
 
 
 @dataclass
@@ -131,6 +134,7 @@ class CriticConfig:
     grad_clip: float = MISSING
     loss_agg_mode: str = MISSING
     precision: str = MISSING
+    gradient_scale: float = MISSING
 
 
 @dataclass
@@ -272,10 +276,10 @@ class Config:
 CHOICES: dict[str, tuple[str, ...]] = {
     "actor_rollout_ref.actor.strategy": ("fsdp",),
     "critic.strategy": ("fsdp",),
-    "actor_rollout_ref.actor.fsdp.sharding_strategy": ("FULL_SHARD", "SHARD_GRAD_OP"),
-    "critic.fsdp.sharding_strategy": ("FULL_SHARD", "SHARD_GRAD_OP"),
-    "actor_rollout_ref.actor.precision": ("fp32", "bf16"),
-    "critic.precision": ("fp32", "bf16"),
+    "actor_rollout_ref.actor.fsdp.sharding_strategy": ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD"),
+    "critic.fsdp.sharding_strategy": ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD"),
+    "actor_rollout_ref.actor.precision": ("fp32", "bf16", "fp16"),
+    "critic.precision": ("fp32", "bf16", "fp16"),
     "actor_rollout_ref.rollout.name": ("hf",),
     "algorithm.kl_ctrl.type": ("fixed", "adaptive"),
     "algorithm.kl_penalty": ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3"),
@@ -284,7 +288,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "data.truncation": ("error", "left", "right"),
     "reward.on_error": ("raise", "fail"),
     "reward_model.precision": ("fp32", "bf16"),
-    "reward_model.fsdp.sharding_strategy": ("FULL_SHARD", "SHARD_GRAD_OP"),
+    "reward_model.fsdp.sharding_strategy": ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD"),
 }
 
 # Role names used in ``resource_pool.mapping``.

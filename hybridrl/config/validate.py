@@ -170,6 +170,7 @@ def validate(cfg: DictConfig) -> None:
             "critic", critic.ppo_mini_batch_size, critic.ppo_micro_batch_size_per_gpu,
             n, prompts, workers["critic"],
         )
+    _check_sharding(cfg, workers)
     for role in sorted(set(workers) - {"actor_rollout"}):
         if (prompts * n) % workers[role]:
             _fail(
@@ -236,3 +237,16 @@ def _check_data_and_rewards(cfg: DictConfig) -> None:
         _fail(f"actor_rollout_ref.rollout.val_kwargs.n={cfg.actor_rollout_ref.rollout.val_kwargs.n} must be >= 1.")
     if cfg.trainer.val_generations_to_log < 0:
         _fail("trainer.val_generations_to_log must be >= 0.")
+
+
+def _check_sharding(cfg: DictConfig, workers: dict[str, int]) -> None:
+    sections = {"actor_rollout": "actor_rollout_ref.actor", "ref": "actor_rollout_ref.actor",
+                "critic": "critic", "reward_model": "reward_model"}
+    for role, count in workers.items():
+        fsdp = OmegaConf.select(cfg, f"{sections[role]}.fsdp")
+        group = fsdp.shard_group_size
+        if group is not None and (group < 1 or count % group):
+            _fail(f"{sections[role]}.fsdp.shard_group_size ({group}) must divide the {count} workers of role "
+                  f"'{role}' (HYBRID_SHARD shards inside groups of that many ranks and replicates across groups).")
+        if role in ("actor_rollout", "critic") and OmegaConf.select(cfg, f"{sections[role]}.gradient_scale") <= 0:
+            _fail(f"{sections[role]}.gradient_scale must be positive (the initial fp16 loss scale).")

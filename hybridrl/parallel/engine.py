@@ -16,15 +16,18 @@ import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 
-from hybridrl.parallel.fsdp import apply_fsdp, full_state_dict
+from hybridrl.parallel.fsdp import apply_fsdp, fsdp_mesh, full_state_dict
+from hybridrl.parallel.precision import DynamicLossScaler
 
 logger = logging.getLogger(__name__)
 
 
 class TrainEngine:
     def __init__(self, model: nn.Module, device: torch.device, precision: str = "fp32",
-                 optim_cfg: Any | None = None, state_dict_fn: Callable[[nn.Module], dict] | None = None) -> None:
+                 optim_cfg: Any | None = None, state_dict_fn: Callable[[nn.Module], dict] | None = None,
+                 loss_scaler: DynamicLossScaler | None = None) -> None:
         self.model = model
+        self.loss_scaler = loss_scaler
         self.device = device
         self.precision = precision
         self._state_dict_fn = state_dict_fn or (lambda m: m.state_dict())
@@ -39,9 +42,14 @@ class TrainEngine:
             model.requires_grad_(False)
 
     def autocast(self) -> contextlib.AbstractContextManager:
-        if self.precision == "bf16":
-            return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
+        if self.precision in ("bf16", "fp16"):
+            dtype = torch.bfloat16 if self.precision == "bf16" else torch.float16
+            return torch.autocast(device_type=self.device.type, dtype=dtype)
         return contextlib.nullcontext()
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """Backward, with the loss scaled when training in fp16."""
+        (self.loss_scaler.scale_loss(loss) if self.loss_scaler is not None else loss).backward()
 
     def zero_grad(self) -> None:
         assert self.optimizer is not None, "this engine has no optimizer (a frozen model)"
@@ -51,15 +59,21 @@ class TrainEngine:
         """Clip and apply the accumulated gradients; a non-finite gradient skips the step."""
         assert self.optimizer is not None, "this engine has no optimizer (a frozen model)"
         params = [p for p in self.model.parameters() if p.grad is not None]
+        if self.loss_scaler is not None:
+            self.loss_scaler.unscale_(params)
         grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm=grad_clip)
         if hasattr(grad_norm, "full_tensor"):  # DTensor under FSDP2
             grad_norm = grad_norm.full_tensor()
         grad_norm = float(grad_norm)
-        if not math.isfinite(grad_norm):
+        overflow = not math.isfinite(grad_norm)
+        if overflow:
             self.skipped_steps += 1
-            logger.warning("Non-finite gradient norm (%s): skipping this optimizer step.", grad_norm)
+            if self.loss_scaler is None:  # with fp16 loss scaling an overflow now and then is expected
+                logger.warning("Non-finite gradient norm (%s): skipping this optimizer step.", grad_norm)
         else:
             self.optimizer.step()
+        if self.loss_scaler is not None:
+            self.loss_scaler.update(overflow)
         self.zero_grad()
         return grad_norm
 
@@ -84,10 +98,19 @@ def state_digest(state: dict[str, torch.Tensor]) -> str:
 
 
 def make_engine(strategy: str, model: nn.Module, *, mesh: DeviceMesh, device: torch.device,
-                strategy_cfg: Any, precision: str, optim_cfg: Any | None) -> TrainEngine:
+                strategy_cfg: Any, precision: str, optim_cfg: Any | None, gradient_scale: float | None = None,
+                ranks_per_node: int | None = None) -> TrainEngine:
+    """Wrap ``model`` with the role's strategy. ``mesh`` is the group's 1-D mesh; strategies that need
+    another layout (NO_SHARD, HYBRID_SHARD: 2-D) build it from the same ranks."""
     if strategy != "fsdp":
         raise ValueError(f"Unknown strategy '{strategy}'; valid strategies: fsdp.")
+    sharding = strategy_cfg.sharding_strategy
+    if sharding in ("NO_SHARD", "HYBRID_SHARD"):
+        group = strategy_cfg.get("shard_group_size") or ranks_per_node or mesh.size()
+        mesh = fsdp_mesh(device.type, mesh.size(), sharding, group)
     model = model.to(device)
-    model = apply_fsdp(model, mesh, strategy_cfg.sharding_strategy, strategy_cfg.mixed_precision,
-                       strategy_cfg.cpu_offload)
-    return TrainEngine(model, device, precision, optim_cfg, state_dict_fn=full_state_dict)
+    model = apply_fsdp(model, mesh, sharding, strategy_cfg.mixed_precision, strategy_cfg.cpu_offload,
+                       strategy_cfg.get("limit_all_gathers", True),
+                       param_dtype=torch.float16 if precision == "fp16" else torch.bfloat16)
+    scaler = DynamicLossScaler(gradient_scale or 512.0) if precision == "fp16" and optim_cfg is not None else None
+    return TrainEngine(model, device, precision, optim_cfg, state_dict_fn=full_state_dict, loss_scaler=scaler)

@@ -1,7 +1,15 @@
 """FSDP2 (``torch.distributed.fsdp.fully_shard``) applied to a single-device model from outside.
 
-Sharding strategies map onto FSDP2 as: FULL_SHARD = reshard parameters after forward;
-SHARD_GRAD_OP = keep them gathered between forward and backward (``reshard_after_forward=False``).
+The FSDP1 sharding strategies map onto FSDP2 as:
+- FULL_SHARD: 1-D mesh over all ranks, parameters resharded after forward;
+- SHARD_GRAD_OP: 1-D mesh, parameters kept gathered between forward and backward;
+- NO_SHARD: 2-D mesh (replicate=world, shard=1): every rank holds everything, gradients all-reduced;
+- HYBRID_SHARD: 2-D mesh (replicate=world/g, shard=g): sharded inside groups of g ranks (default: the
+  ranks of one node), replicated across groups, gradients averaged across replicas by FSDP2 itself
+  (FSDP1's HYBRID_SHARD on a size-1 shard dimension silently stopped averaging; FSDP2 does not).
+``limit_all_gathers`` maps onto FSDP2's prefetching: true keeps FSDP2's default (one layer's
+all-gather in flight ahead of compute); false prefetches two layers ahead in forward and backward, which
+overlaps more communication at the cost of memory for the extra gathered layer.
 """
 
 from __future__ import annotations
@@ -27,18 +35,43 @@ def wrap_units(model: nn.Module) -> list[nn.Module]:
     return units
 
 
+SHARDING_STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD")
+
+
+def fsdp_mesh(device_type: str, world_size: int, sharding_strategy: str, shard_group_size: int) -> DeviceMesh:
+    """The device mesh a sharding strategy needs (every rank must call this in the same order)."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    if sharding_strategy == "NO_SHARD":
+        shape = (world_size, 1)
+    elif sharding_strategy == "HYBRID_SHARD":
+        if shard_group_size < 1 or world_size % shard_group_size:
+            raise ValueError(f"HYBRID_SHARD: shard_group_size ({shard_group_size}) must divide the role's "
+                             f"{world_size} workers.")
+        shape = (world_size // shard_group_size, shard_group_size)
+    else:
+        return init_device_mesh(device_type, (world_size,), mesh_dim_names=("shard",))
+    return init_device_mesh(device_type, shape, mesh_dim_names=("replicate", "shard"))
+
+
 def apply_fsdp(model: nn.Module, mesh: DeviceMesh, sharding_strategy: str = "FULL_SHARD",
-               mixed_precision: bool = False, cpu_offload: bool = False) -> nn.Module:
-    reshard = {"FULL_SHARD": True, "SHARD_GRAD_OP": False}[sharding_strategy]
+               mixed_precision: bool = False, cpu_offload: bool = False, limit_all_gathers: bool = True,
+               param_dtype: torch.dtype = torch.bfloat16) -> nn.Module:
+    reshard = sharding_strategy in ("FULL_SHARD", "HYBRID_SHARD")
     kwargs = {"mesh": mesh, "reshard_after_forward": reshard}
     if mixed_precision:
-        kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
     if cpu_offload:
         # Pinned memory needs an accelerator; without one plain CPU memory is the offload target.
         kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=torch.cuda.is_available())
-    for unit in wrap_units(model):
+    units = wrap_units(model)
+    for unit in units:
         fully_shard(unit, **kwargs)
     fully_shard(model, **kwargs)
+    if not limit_all_gathers:
+        for i, unit in enumerate(units):
+            unit.set_modules_to_forward_prefetch(units[i + 1:i + 3])
+            unit.set_modules_to_backward_prefetch(units[max(0, i - 2):i][::-1])
     return model
 
 

@@ -30,6 +30,7 @@ class ActorRolloutRole:
             self.actor_cfg.strategy, load_causal_lm(ctx.model_path, model_cfg.trust_remote_code),
             mesh=ctx.mesh, device=ctx.device, strategy_cfg=self.actor_cfg.fsdp,
             precision=self.actor_cfg.precision, optim_cfg=self.actor_cfg.optim,
+            gradient_scale=self.actor_cfg.gradient_scale, ranks_per_node=ctx.ranks_per_node,
         )
         rollout_dtype = torch.bfloat16 if self.actor_cfg.precision == "bf16" else torch.float32
         rollout_model = load_causal_lm(ctx.model_path, model_cfg.trust_remote_code, dtype=rollout_dtype)

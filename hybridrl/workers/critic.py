@@ -24,7 +24,8 @@ class CriticRole:
                                  self.cfg.model.value_head_init_std, seed=cfg.trainer.seed)
         self.engine = make_engine(self.cfg.strategy, model, mesh=ctx.mesh, device=ctx.device,
                                   strategy_cfg=self.cfg.fsdp, precision=self.cfg.precision,
-                                  optim_cfg=self.cfg.optim)
+                                  optim_cfg=self.cfg.optim, gradient_scale=self.cfg.gradient_scale,
+                                  ranks_per_node=ctx.ranks_per_node)
 
     @torch.no_grad()
     def compute_values(self, batch: Batch) -> Batch:

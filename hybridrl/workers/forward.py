@@ -62,7 +62,7 @@ def ppo_update(engine: Any, batch: Batch, cfg: Any, mini_size: int, seed: int, d
             stats = []
             for mb in micros:
                 loss, row = micro_loss(mb.to(device))
-                (loss / len(micros)).backward()
+                engine.backward(loss / len(micros))
                 stats.append(row)
             row = mean_metrics(stats)
             row[f"{prefix}/grad_norm"] = engine.step(cfg.grad_clip)
@@ -70,4 +70,6 @@ def ppo_update(engine: Any, batch: Batch, cfg: Any, mini_size: int, seed: int, d
     out = mean_metrics(rows)
     out[f"{prefix}/lr"] = engine.lr
     out[f"{prefix}/skipped_steps"] = float(engine.skipped_steps)
+    if engine.loss_scaler is not None:
+        out[f"{prefix}/loss_scale"] = engine.loss_scaler.scale
     return out

@@ -20,7 +20,8 @@ class RefRole:
         actor = cfg.actor_rollout_ref.actor
         model = load_causal_lm(ctx.model_path, cfg.actor_rollout_ref.model.trust_remote_code)
         self.engine = make_engine(actor.strategy, model, mesh=ctx.mesh, device=ctx.device,
-                                  strategy_cfg=actor.fsdp, precision=actor.precision, optim_cfg=None)
+                                  strategy_cfg=actor.fsdp, precision=actor.precision, optim_cfg=None,
+                                  ranks_per_node=ctx.ranks_per_node)
         self.engine.model.eval()
 
     @torch.no_grad()

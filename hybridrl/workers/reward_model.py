@@ -43,7 +43,8 @@ class RewardModelRole:
             tokenizer_path=mcfg.get("tokenizer_path", None), seed=int(cfg.trainer.seed),
         )
         self.engine = make_engine("fsdp", model, mesh=ctx.mesh, device=ctx.device,
-                                  strategy_cfg=self.cfg.fsdp, precision=self.cfg.precision, optim_cfg=None)
+                                  strategy_cfg=self.cfg.fsdp, precision=self.cfg.precision, optim_cfg=None,
+                                  ranks_per_node=getattr(ctx, "ranks_per_node", None))
         self.engine.model.eval()
 
     def tokenize(self, prompts: list[str], responses: list[str]) -> dict[str, torch.Tensor]:

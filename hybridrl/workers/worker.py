@@ -32,6 +32,7 @@ class WorkerContext:
     model_path: str
     tokenizer_path: str
     recorder: SpanRecorder = field(default_factory=SpanRecorder)
+    ranks_per_node: int | None = None  # ranks of this group on this rank's node (HYBRID_SHARD's default group)
 
 
 def _role_classes() -> dict[str, type]:
@@ -73,7 +74,8 @@ class Worker:
     def master_address(self) -> tuple[str, int]:
         return hdist.node_ip(), hdist.free_port()
 
-    def setup(self, master_addr: str, master_port: int, timeout_s: float = 600.0) -> None:
+    def setup(self, master_addr: str, master_port: int, timeout_s: float = 600.0,
+              ranks_per_node: int | None = None) -> None:
         from torch.distributed.device_mesh import init_device_mesh
 
         device = hdist.pick_device(self.cfg.trainer.device)
@@ -84,7 +86,7 @@ class Worker:
         self.device = device
         self.recorder.device = device
         ctx = WorkerContext(self.rank, self.world_size, device, mesh, self.model_path, self.tokenizer_path,
-                            self.recorder)
+                            self.recorder, ranks_per_node)
         # Every rank seeds the same way so that initialisation (value heads) is identical everywhere.
         torch.manual_seed(self.cfg.trainer.seed)
         classes = _role_classes()

@@ -60,39 +60,3 @@ def test_unplaceable_pool_fails_within_the_timeout(cluster, tmp_path):
         run(cfg)
     assert time.monotonic() - start < 60
 
-
-def test_same_run_submitted_as_a_ray_job(tmp_path):
-    """`ray job submit` against a multi-node cluster with a dashboard: the job's driver places the pools."""
-    import shutil
-    import socket
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    from ray.cluster_utils import Cluster
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": True,
-                                                      "dashboard_port": port, "object_store_memory": 100 * 2**20})
-    try:
-        actor_node = c.add_node(num_cpus=2, resources={"actor_group": 2}, object_store_memory=100 * 2**20)
-        critic_node = c.add_node(num_cpus=1, resources={"critic_group": 1}, object_store_memory=100 * 2**20)
-        c.wait_for_nodes()
-        out = tmp_path / "run"
-        ray_cli = shutil.which("ray", path=str(Path(sys.executable).parent)) or "ray"
-        cmd = [ray_cli, "job", "submit", "--address", f"http://127.0.0.1:{port}", "--",
-               sys.executable, "-m", "hybridrl.trainer.main_ppo", "trainer.ray.address=auto",
-               f"trainer.output_dir={out}", *SMALL,
-               "resource_pool.pools={actor_pool: {GPU: 2, actor_group: 2}, critic_pool: {GPU: 1, critic_group: 1}}",
-               "resource_pool.mapping.actor_rollout=actor_pool", "resource_pool.mapping.ref=actor_pool",
-               "resource_pool.mapping.critic=critic_pool"]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-        assert "succeeded" in proc.stdout + proc.stderr
-        placement = json.loads((out / "placement.json").read_text())
-        assert {i["node_id"] for i in placement["actor_rollout+ref"]["ranks"]} == {actor_node.node_id}
-        assert {i["node_id"] for i in placement["critic"]["ranks"]} == {critic_node.node_id}
-    finally:
-        c.shutdown()

@@ -129,3 +129,23 @@ def test_uninstalled_tracker_is_refused_before_launch():
         load_config(["trainer.logger=[console,wandb]"])
     with pytest.raises(ConfigError, match=r"valid trackers: console, jsonl, tensorboard, wandb, mlflow"):
         load_config(["trainer.logger=[nope]"])
+
+
+def test_seed_strategy_form_is_normalised(tmp_path):
+    seed = tmp_path / "fsdp_default.yaml"
+    seed.write_text("critic:\n  strategy:\n    name: fsdp\n    params: {mixed_precision: true, sharding_strategy: "
+                    "HYBRID_SHARD, cpu_offload: false, limit_all_gathers: true}\n")
+    cfg = load_config([], yaml_path=str(seed))
+    assert cfg.critic.strategy == "fsdp"
+    assert cfg.critic.fsdp.sharding_strategy == "HYBRID_SHARD" and cfg.critic.fsdp.mixed_precision is True
+    cfg = load_config(["actor_rollout_ref.actor.strategy.name=fsdp",
+                       "actor_rollout_ref.actor.strategy.params.sharding_strategy=NO_SHARD"])
+    assert cfg.actor_rollout_ref.actor.fsdp.sharding_strategy == "NO_SHARD"
+    with pytest.raises(ConfigError, match=r"takes 'name' and 'params'; got \['paramz'\]"):
+        load_config(["critic.strategy.paramz.x=1"])
+
+
+def test_shard_group_must_divide_the_workers():
+    with pytest.raises(ConfigError, match=r"actor_rollout_ref.actor.fsdp.shard_group_size \(3\) must divide the 2 workers"):
+        load_config(["actor_rollout_ref.actor.fsdp.sharding_strategy=HYBRID_SHARD",
+                     "actor_rollout_ref.actor.fsdp.shard_group_size=3"])
