@@ -87,6 +87,8 @@ def _close(a: dict, b: dict, rtol: float = 1e-5, atol: float = 1e-6) -> None:
     # 4 ranks: 2 replicas x shard groups of 2. Replicas must stay equal and match one process.
     ("HYBRID_SHARD", 4, ("actor_rollout_ref.actor.fsdp.shard_group_size=2", "critic.fsdp.shard_group_size=2")),
     ("FULL_SHARD", 2, ("actor_rollout_ref.actor.fsdp.limit_all_gathers=false", "critic.fsdp.limit_all_gathers=false")),
+    # CPU offload is meaningful without an accelerator too (plain, unpinned memory): same result.
+    ("FULL_SHARD", 2, ("actor_rollout_ref.actor.fsdp.cpu_offload=true", "critic.fsdp.cpu_offload=true")),
 ])
 def test_fsdp_matches_single_process(tmp_path, sharding, world, extra):
     model_path = ensure_tiny_model(tmp_path / "m", hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
