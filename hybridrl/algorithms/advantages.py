@@ -216,12 +216,9 @@ def _gae_estimator(
     response_mask: torch.Tensor,
     *,
     values: torch.Tensor | None = None,
-    index: Any = None,
     gamma: float = 1.0,
     lam: float = 1.0,
-    norm_adv_by_std_in_grpo: bool = True,
-    eps: float = 1e-6,
-    reward_baselines: torch.Tensor | None = None,
+    **_unused: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Registry adapter for GAE (``index``, ``norm_adv_by_std_in_grpo``, ``eps``,
     ``reward_baselines`` unused)."""
@@ -235,13 +232,10 @@ def _grpo_estimator(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
     *,
-    values: torch.Tensor | None = None,
     index: Any = None,
-    gamma: float = 1.0,
-    lam: float = 1.0,
     norm_adv_by_std_in_grpo: bool = True,
     eps: float = 1e-6,
-    reward_baselines: torch.Tensor | None = None,
+    **_unused: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Registry adapter for GRPO (``values``, ``gamma``, ``lam``, ``reward_baselines`` unused)."""
     return compute_grpo_outcome_advantage(
@@ -406,13 +400,8 @@ def _rloo_estimator(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
     *,
-    values: torch.Tensor | None = None,
     index: Any = None,
-    gamma: float = 1.0,
-    lam: float = 1.0,
-    norm_adv_by_std_in_grpo: bool = True,
-    eps: float = 1e-6,
-    reward_baselines: torch.Tensor | None = None,
+    **_unused: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Registry adapter for RLOO (only ``index`` is used)."""
     return compute_rloo_outcome_advantage(token_level_rewards, response_mask, index)
@@ -423,13 +412,8 @@ def _reinforce_plus_plus_estimator(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
     *,
-    values: torch.Tensor | None = None,
-    index: Any = None,
     gamma: float = 1.0,
-    lam: float = 1.0,
-    norm_adv_by_std_in_grpo: bool = True,
-    eps: float = 1e-6,
-    reward_baselines: torch.Tensor | None = None,
+    **_unused: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Registry adapter for REINFORCE++ (only ``gamma`` is used)."""
     return compute_reinforce_plus_plus_outcome_advantage(token_level_rewards, response_mask, gamma)
@@ -440,13 +424,8 @@ def _reinforce_plus_plus_baseline_estimator(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
     *,
-    values: torch.Tensor | None = None,
     index: Any = None,
-    gamma: float = 1.0,
-    lam: float = 1.0,
-    norm_adv_by_std_in_grpo: bool = True,
-    eps: float = 1e-6,
-    reward_baselines: torch.Tensor | None = None,
+    **_unused: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Registry adapter for REINFORCE++-baseline (only ``index`` is used)."""
     return compute_reinforce_plus_plus_baseline_outcome_advantage(
@@ -459,13 +438,8 @@ def _remax_estimator(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
     *,
-    values: torch.Tensor | None = None,
-    index: Any = None,
-    gamma: float = 1.0,
-    lam: float = 1.0,
-    norm_adv_by_std_in_grpo: bool = True,
-    eps: float = 1e-6,
     reward_baselines: torch.Tensor | None = None,
+    **_unused: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Registry adapter for ReMax (only ``reward_baselines`` is used; it is required)."""
     if reward_baselines is None:
