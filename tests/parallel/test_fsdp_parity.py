@@ -10,7 +10,7 @@ from hybridrl.config.loader import load_config
 from hybridrl.models.tiny import ensure_tiny_model
 from hybridrl.protocol import Batch
 
-from tests.parallel.dist_utils import run_ranks
+from hybridrl.parallel.launch import run_ranks
 
 B, P, R = 16, 4, 3  # sequences, prompt tokens, response tokens
 # bf16 vs fp32 after 6 AdamW steps at lr 1e-3: Adam moves a weight by about lr per step whatever the

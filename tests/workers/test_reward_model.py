@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 from hybridrl.models.reward_model import build_tiny_reward_model, load_reward_model
 from hybridrl.protocol import Batch
 
-from tests.parallel.dist_utils import run_ranks
+from hybridrl.parallel.launch import run_ranks
 
 # Different lengths (in characters = tokens of the tiny tokenizer), so micro-batches get padded.
 PROMPTS = ["12+34=", "7-3=", "100+200=", "5=", "9+9=", "31-4=", "2+2=", "123456+654321="]

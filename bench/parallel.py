@@ -1,0 +1,104 @@
+"""Benchmark: each FSDP sharding strategy on 2 and 4 local gloo ranks, same model and global batch.
+
+Prints per strategy and world size: training step time (forward + backward + optimizer step of a
+token-level loss over the batch), peak memory per rank (RSS high-water mark, which includes the
+process's baseline), and the bytes each rank sends per step in FSDP's collectives, estimated from the
+parameter count (gloo does not report traffic). A figure, not a test.
+
+    .venv/bin/python bench/parallel.py [--hidden 256] [--layers 4] [--steps 6]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from hybridrl.parallel.launch import run_ranks
+
+CASES = [(2, "FULL_SHARD", None), (2, "SHARD_GRAD_OP", None), (2, "NO_SHARD", None),
+         (4, "FULL_SHARD", None), (4, "SHARD_GRAD_OP", None), (4, "NO_SHARD", None), (4, "HYBRID_SHARD", 2)]
+
+
+def comm_bytes_per_rank(params: int, world: int, strategy: str, group: int | None, bytes_per: int = 4) -> float:
+    """Ring-collective bytes each rank sends per step (one forward, one backward, one optimizer step)."""
+    p = params * bytes_per
+    if strategy == "NO_SHARD":  # all-reduce of the gradients
+        return 2 * p * (world - 1) / world
+    g = group if strategy == "HYBRID_SHARD" else world
+    gather = p * (g - 1) / g  # one all-gather of the parameters inside the shard group
+    gathers = 2 if strategy in ("FULL_SHARD", "HYBRID_SHARD") else 1  # re-gather for backward
+    scatter = p * (g - 1) / g  # reduce-scatter of the gradients
+    replicas = world // g
+    allreduce = 2 * (p / g) * (replicas - 1) / replicas if replicas > 1 else 0.0  # across replicas
+    return gathers * gather + scatter + allreduce
+
+
+def worker(rank: int, world: int, model_dir: str, strategy: str, group: int | None, steps: int,
+           batch: int, seq: int, out: str) -> None:
+    from omegaconf import OmegaConf
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from hybridrl.models.loader import load_causal_lm
+    from hybridrl.parallel.engine import make_engine
+
+    torch.manual_seed(0)
+    mesh = init_device_mesh("cpu", (world,))
+    fsdp = OmegaConf.create({"sharding_strategy": strategy, "shard_group_size": group, "mixed_precision": False,
+                             "cpu_offload": False, "limit_all_gathers": True})
+    optim = OmegaConf.create({"lr": 1e-4, "betas": [0.9, 0.99], "weight_decay": 0.0, "eps": 1e-8})
+    engine = make_engine("fsdp", load_causal_lm(model_dir), mesh=mesh, device=torch.device("cpu"),
+                         strategy_cfg=fsdp, precision="fp32", optim_cfg=optim)
+    vocab = engine.model.config.vocab_size
+    ids = torch.randint(0, vocab, (batch // world, seq), generator=torch.Generator().manual_seed(rank))
+    times = []
+    for _ in range(steps):
+        torch.distributed.barrier()
+        start = time.perf_counter()
+        logits = engine.model(input_ids=ids).logits
+        loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, vocab), ids[:, 1:].reshape(-1))
+        engine.backward(loss)
+        engine.step(1.0)
+        times.append(time.perf_counter() - start)
+    peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    Path(out, f"rank{rank}.json").write_text(json.dumps({"times": times, "peak_gb": peak_gb}))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--batch", type=int, default=16, help="global sequences per step")
+    parser.add_argument("--seq", type=int, default=128)
+    args = parser.parse_args()
+    from hybridrl.models.tiny import ensure_tiny_model
+    from hybridrl.models.loader import load_causal_lm
+
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir = ensure_tiny_model(Path(tmp) / "model", hidden_size=args.hidden, num_hidden_layers=args.layers,
+                                      num_attention_heads=8, num_key_value_heads=4, intermediate_size=4 * args.hidden,
+                                      seed=0)
+        params = sum(p.numel() for p in load_causal_lm(model_dir).parameters())
+        print(f"model: {params / 1e6:.2f}M parameters, {args.layers} layers, hidden {args.hidden}; "
+              f"global batch {args.batch} x {args.seq} tokens; {args.steps} steps, first left out")
+        print(f"{'ranks':>5}  {'strategy':<14}{'step s':>8}{'peak GB/rank':>14}{'sent MB/rank/step (est.)':>26}")
+        for world, strategy, group in CASES:
+            out = Path(tmp) / f"{world}-{strategy}"
+            out.mkdir()
+            run_ranks(worker, world, model_dir, strategy, group, args.steps, args.batch, args.seq, str(out))
+            ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(world)]
+            step = max(sum(r["times"][1:]) / (len(r["times"]) - 1) for r in ranks)
+            peak = max(r["peak_gb"] for r in ranks)
+            sent = comm_bytes_per_rank(params, world, strategy, group) / 2**20
+            label = strategy + (f"({group})" if group else "")
+            print(f"{world:>5}  {label:<14}{step:>8.3f}{peak:>14.2f}{sent:>26.1f}")
+
+
+if __name__ == "__main__":
+    main()
