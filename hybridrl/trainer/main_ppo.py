@@ -58,6 +58,31 @@ def build_groups(cfg: DictConfig, manager: Any, model_path: str, tokenizer_path:
     return {"handles": handles, "groups": groups}
 
 
+def record_placement(groups: list[Any], output_dir: Path) -> None:
+    """Where each rank of each group landed: ``placement.json`` and one log line per group."""
+    placement = {group.name: {"pool": group.pool.name, "ranks": group.node_info} for group in groups}
+    (output_dir / "placement.json").write_text(json.dumps(placement, indent=1))
+    for group in groups:
+        nodes = sorted({info["node_id"][:8] if info.get("node_id") else info["ip"] for info in group.node_info})
+        logger.info("Group %s on pool '%s': %d ranks on node(s) %s", group.name, group.pool.name,
+                    group.world_size, ", ".join(nodes))
+
+
+def resume(cfg: DictConfig, checkpoints: Any, groups: list[Any]) -> dict[str, Any] | None:
+    """Load the checkpoint ``trainer.resume_mode`` points at into every group; its driver state, or None."""
+    from hybridrl.checkpoint.manager import read_state, resolve_resume
+
+    checkpoints.remove_stale_temporaries()
+    resume_from = resolve_resume(cfg.trainer.resume_mode, cfg.trainer.resume_from_path, checkpoints)
+    if resume_from is None:
+        return None
+    state = read_state(resume_from)
+    logger.info("Resuming from %s (step %d of %d)", resume_from, state["step"], cfg.trainer.total_steps)
+    for group in groups:
+        group.load_checkpoint(str(resume_from))
+    return state
+
+
 def learning_summary(history: list[dict[str, float]], window: int) -> dict[str, float]:
     scores = [m["critic/score/mean"] for m in history if m.get("critic/score/mean") is not None]
     if not scores:
@@ -75,7 +100,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     from hybridrl.models.loader import load_tokenizer
     from hybridrl.cluster.resource_pool import ResourcePoolManager
     from hybridrl.config.roles import active_roles
-    from hybridrl.checkpoint.manager import CheckpointManager, read_state, resolve_resume
+    from hybridrl.checkpoint.manager import CheckpointManager
     from hybridrl.tracking import Tracker
     from hybridrl.tracking.tracker import read_rows
     from hybridrl.tracking.breakdown import format_breakdown
@@ -101,29 +126,17 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     try:
         built = build_groups(cfg, pools.for_cluster(cluster.gpus), model_path, tokenizer_path, monitor)
         groups = built["groups"]
-        placement = {group.name: {"pool": group.pool.name, "ranks": group.node_info} for group in groups}
-        (output_dir / "placement.json").write_text(json.dumps(placement, indent=1))
-        for group in groups:
-            nodes = sorted({info["node_id"][:8] if info.get("node_id") else info["ip"] for info in group.node_info})
-            logger.info("Group %s on pool '%s': %d ranks on node(s) %s", group.name, group.pool.name,
-                        group.world_size, ", ".join(nodes))
+        record_placement(groups, output_dir)
         perf = StepPerf.create(cfg, model_path, groups)
         checkpoints = CheckpointManager(output_dir / "checkpoints", cfg.trainer.max_ckpt_to_keep)
-        checkpoints.remove_stale_temporaries()
-        resume_from = resolve_resume(cfg.trainer.resume_mode, cfg.trainer.resume_from_path, checkpoints)
-        start_step = 0
-        if resume_from is not None:
-            state = read_state(resume_from)
-            start_step = int(state["step"])
-            logger.info("Resuming from %s (step %d of %d)", resume_from, start_step, cfg.trainer.total_steps)
-            for group in groups:
-                group.load_checkpoint(str(resume_from))
-            past = read_rows(output_dir / "metrics.jsonl", start_step)
-        tracker = Tracker(list(cfg.trainer.logger), output_dir, cfg, resume_step=start_step if resume_from else None)
+        state = resume(cfg, checkpoints, groups)
+        start_step = int(state["step"]) if state else 0
+        past = read_rows(output_dir / "metrics.jsonl", start_step) if state else []
+        tracker = Tracker(list(cfg.trainer.logger), output_dir, cfg, resume_step=start_step if state else None)
         trainer = PPOTrainer(cfg, built["handles"], dataset, tracker, monitor, perf,
                              checkpoints if cfg.trainer.save_freq > 0 else None,
                              val_dataset=val_dataset, output_dir=output_dir)
-        if resume_from is not None:
+        if state:
             trainer.load_state_dict(state)
             trainer.history = past
         history = trainer.fit(start_step)

@@ -88,7 +88,7 @@ class PPOTrainer:
         self.use_ref = ref_enabled(cfg)
         self.kl_ctrl = make_kl_controller(algo.kl_ctrl.type, algo.kl_ctrl.kl_coef, algo.kl_ctrl.target_kl,
                                           algo.kl_ctrl.horizon)
-        self.num_workers = sum({id(h.group): h.group.world_size for h in roles.values()}.values())
+        self.num_workers = sum(group.world_size for group in self._groups())
         self.history: list[dict[str, float]] = []
 
     # -- rollout -------------------------------------------------------------------------------
@@ -240,12 +240,16 @@ class PPOTrainer:
         version, rng, gauss = state["driver_rng"]["python"]
         random.setstate((version, tuple(rng), gauss))
 
-    def save_checkpoint(self, step: int) -> None:
+    def _groups(self) -> list[WorkerGroup]:
+        return list({id(h.group): h.group for h in self.roles.values()}.values())
+
+    def save_checkpoint(self, step: int, state: dict[str, Any] | None = None) -> None:
+        """Every group's shards plus the driver's ``state`` (now, by default) as step ``step``."""
         tmp = self.checkpoints.begin(step)
         try:
-            for group in {id(h.group): h.group for h in self.roles.values()}.values():
+            for group in self._groups():
                 group.save_checkpoint(str(tmp))
-            self.checkpoints.commit(tmp, step, self.state_dict())
+            self.checkpoints.commit(tmp, step, state if state is not None else self.state_dict())
             self._last_saved = step
         except BaseException:
             self.checkpoints.abort(tmp)  # the previous checkpoint stays the latest
@@ -257,10 +261,7 @@ class PPOTrainer:
         if self.checkpoints is None or self._update_started or step - 1 <= self._last_saved:
             return
         try:
-            tmp = self.checkpoints.begin(step - 1)
-            for group in {id(h.group): h.group for h in self.roles.values()}.values():
-                group.save_checkpoint(str(tmp))
-            self.checkpoints.commit(tmp, step - 1, state_before)
+            self.save_checkpoint(step - 1, state_before)
             logger.error("Step %d failed before updating; saved step %d so the run can resume from it.", step, step - 1)
         except Exception as exc:  # noqa: BLE001 - the original failure is what the user must see
             logger.error("Could not save a checkpoint after the failure: %s", exc)
