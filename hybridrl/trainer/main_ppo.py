@@ -78,6 +78,10 @@ def resume(cfg: DictConfig, checkpoints: Any, groups: list[Any]) -> dict[str, An
         return None
     state = read_state(resume_from)
     logger.info("Resuming from %s (step %d of %d)", resume_from, state["step"], cfg.trainer.total_steps)
+    if state["step"] >= cfg.trainer.total_steps:
+        logger.info("This run already reached trainer.total_steps=%d: nothing to train. Raise "
+                    "trainer.total_steps to continue, or trainer.resume_mode=disable to start over.",
+                    cfg.trainer.total_steps)
     for group in groups:
         group.load_checkpoint(str(resume_from))
     return state
