@@ -43,14 +43,8 @@ SPILL_DIR="${SPILL_DIR:-}"
 NODE_IP="${NODE_IP:-}"
 RAY_BLOCK="${RAY_BLOCK:-0}"
 
-mem_total_kb="$(awk '/^MemTotal:/ {print $2}' /proc/meminfo)"
-OBJECT_STORE_MEMORY="${OBJECT_STORE_MEMORY:-${RAY_object_store_memory:-$((mem_total_kb * 1024 * 30 / 100))}}"
-
-shm_bytes="$(df -k --output=size /dev/shm 2>/dev/null | tail -n 1 | tr -d ' ' || true)"
-if [[ -n "${shm_bytes}" && "${shm_bytes}" =~ ^[0-9]+$ ]] && ((shm_bytes * 1024 < OBJECT_STORE_MEMORY)); then
-    echo "warning: /dev/shm ($((shm_bytes / 1024 / 1024)) GiB) is smaller than the object store" \
-        "($((OBJECT_STORE_MEMORY / 1024 / 1024 / 1024)) GiB); raise docker run --shm-size." >&2
-fi
+# shellcheck source=examples/cluster/object_store.sh
+source "$(dirname "${BASH_SOURCE[0]}")/object_store.sh"
 
 # Custom resources, as JSON: {"worker": 1, "gpu_group": 8} on the seed's GPU nodes.
 resources="\"${WORKER_LABEL}\": 1"

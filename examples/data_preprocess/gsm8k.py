@@ -124,22 +124,28 @@ def write_parquet(rows: list[dict[str, Any]], output_dir: str, split: str) -> Pa
     return path
 
 
-def main(argv: list[str] | None = None) -> Path:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--input", help="local .json/.jsonl/.parquet file of GSM8K rows")
+def convert_main(argv: list[str] | None, convert: Any, hub_name: str, hub_config: str | None, what: str,
+                 default_output_dir: str, description: str) -> Path:
+    """The command line shared by the preprocess scripts: read rows, convert each, write one parquet."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--input", help=f"local .json/.jsonl/.parquet file of {what} rows")
     parser.add_argument("--split-name", default="train", help="split name: output file and extra_info.split")
-    parser.add_argument("--output-dir", default="data/gsm8k")
+    parser.add_argument("--output-dir", default=default_output_dir)
     args = parser.parse_args(argv)
-    rows = read_rows(args.input) if args.input else load_cached_split(HUB_NAME, HUB_CONFIG, args.split_name)
+    rows = read_rows(args.input) if args.input else load_cached_split(hub_name, hub_config, args.split_name)
     if not rows:
-        raise SystemExit(f"No rows in {args.input or HUB_NAME}.")
+        raise SystemExit(f"No rows in {args.input or hub_name}.")
     try:
-        converted = [convert_row(row, i, args.split_name) for i, row in enumerate(rows)]
+        converted = [convert(row, i, args.split_name) for i, row in enumerate(rows)]
     except ValueError as exc:
-        raise SystemExit(f"{args.input or HUB_NAME}: {exc}") from None
+        raise SystemExit(f"{args.input or hub_name}: {exc}") from None
     path = write_parquet(converted, args.output_dir, args.split_name)
     print(f"Wrote {len(converted)} rows to {path}")
     return path
+
+
+def main(argv: list[str] | None = None) -> Path:
+    return convert_main(argv, convert_row, HUB_NAME, HUB_CONFIG, "GSM8K", "data/gsm8k", __doc__.split("\n\n")[0])
 
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ and extra_info ``{split, index, question, answer, level, type}``. Rows are score
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import sys
 from pathlib import Path
@@ -42,7 +41,6 @@ def _sibling(name: str):
 
 
 _io = _sibling("gsm8k")
-read_rows, load_cached_split, write_parquet = _io.read_rows, _io.load_cached_split, _io.write_parquet
 
 DATA_SOURCE = "DigitalLearningGmbH/MATH-lighteval"
 HUB_NAME, HUB_CONFIG = "DigitalLearningGmbH/MATH-lighteval", "default"
@@ -78,21 +76,7 @@ def convert_row(row: dict[str, Any], index: int, split: str) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> Path:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--input", help="local .json/.jsonl/.parquet file of MATH rows")
-    parser.add_argument("--split-name", default="train", help="split name: output file and extra_info.split")
-    parser.add_argument("--output-dir", default="data/math")
-    args = parser.parse_args(argv)
-    rows = read_rows(args.input) if args.input else load_cached_split(HUB_NAME, HUB_CONFIG, args.split_name)
-    if not rows:
-        raise SystemExit(f"No rows in {args.input or HUB_NAME}.")
-    try:
-        converted = [convert_row(row, i, args.split_name) for i, row in enumerate(rows)]
-    except ValueError as exc:
-        raise SystemExit(f"{args.input or HUB_NAME}: {exc}") from None
-    path = write_parquet(converted, args.output_dir, args.split_name)
-    print(f"Wrote {len(converted)} rows to {path}")
-    return path
+    return _io.convert_main(argv, convert_row, HUB_NAME, HUB_CONFIG, "MATH", "data/math", __doc__.split("\n\n")[0])
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from hybridrl.algorithms.advantages import (
     get_adv_estimator,
     register_adv_estimator,
 )
-from hybridrl.algorithms.filtering import groups_with_signal, kept_group_ids
+from hybridrl.algorithms.filtering import groups_with_signal
 from hybridrl.algorithms.kl_control import (
     KL_CONTROLLERS,
     AdaptiveKLController,
@@ -49,7 +49,6 @@ __all__ = [
     "get_adv_estimator",
     "register_adv_estimator",
     "groups_with_signal",
-    "kept_group_ids",
     "KL_CONTROLLERS",
     "AdaptiveKLController",
     "FixedKLController",

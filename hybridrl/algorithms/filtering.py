@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["groups_with_signal", "kept_group_ids"]
+__all__ = ["groups_with_signal"]
 
 
 def _scores_and_groups(scores: Any, index: Any) -> tuple[np.ndarray, np.ndarray, list[Any]]:
@@ -56,16 +56,3 @@ def groups_with_signal(scores: torch.Tensor, index: np.ndarray) -> np.ndarray:
     # scores: [B] outcome score per row; index: [B] group ids
     s, gid, ids = _scores_and_groups(scores, index)
     return _group_has_signal(s, gid, len(ids))[gid]  # [B]
-
-
-def kept_group_ids(scores: torch.Tensor, index: np.ndarray) -> np.ndarray:
-    """Ids (object array, first-appearance order) of the groups ``groups_with_signal`` keeps.
-
-    Lets the trainer count kept prompts against its batch-size target and report
-    the kept fraction.
-    """
-    s, gid, ids = _scores_and_groups(scores, index)
-    keep = _group_has_signal(s, gid, len(ids))  # [G]
-    out = np.empty(int(keep.sum()), dtype=object)
-    out[:] = [k for k, kept in zip(ids, keep) if kept]
-    return out

@@ -140,6 +140,17 @@ def _clipped_surrogate(
     return pg_losses, pg_clipfrac, pg_clipfrac_lower
 
 
+def _policy_loss_outputs(pg_losses: torch.Tensor, pg_clipfrac: torch.Tensor, pg_clipfrac_lower: torch.Tensor,
+                         log_ratio: torch.Tensor, valid: torch.Tensor, loss_agg_mode: str) -> dict[str, torch.Tensor]:
+    """The keys every policy loss returns: the aggregated loss (with grad) and detached diagnostics."""
+    return {
+        "pg_loss": agg_loss(pg_losses, valid, loss_agg_mode),
+        "pg_clipfrac": pg_clipfrac.detach(),
+        "ppo_kl": masked_mean(-log_ratio, valid).detach(),
+        "pg_clipfrac_lower": pg_clipfrac_lower.detach(),
+    }
+
+
 def compute_policy_loss(
     old_log_prob: torch.Tensor,
     log_prob: torch.Tensor,
@@ -175,14 +186,7 @@ def compute_policy_loss(
     pg_losses, pg_clipfrac, pg_clipfrac_lower = _clipped_surrogate(
         ratio, adv, valid, clip_ratio_low, clip_ratio_high, clip_ratio_c
     )
-    pg_loss = agg_loss(pg_losses, valid, loss_agg_mode)
-    ppo_kl = masked_mean(-log_ratio, valid)
-    return {
-        "pg_loss": pg_loss,
-        "pg_clipfrac": pg_clipfrac.detach(),
-        "ppo_kl": ppo_kl.detach(),
-        "pg_clipfrac_lower": pg_clipfrac_lower.detach(),
-    }
+    return _policy_loss_outputs(pg_losses, pg_clipfrac, pg_clipfrac_lower, log_ratio, valid, loss_agg_mode)
 
 
 def compute_policy_loss_gspo(
@@ -232,14 +236,7 @@ def compute_policy_loss_gspo(
     pg_losses, pg_clipfrac, pg_clipfrac_lower = _clipped_surrogate(
         ratio, adv, valid, clip_ratio_low, clip_ratio_high, clip_ratio_c
     )
-    pg_loss = agg_loss(pg_losses, valid, loss_agg_mode)
-    ppo_kl = masked_mean(-log_ratio, valid)
-    return {
-        "pg_loss": pg_loss,
-        "pg_clipfrac": pg_clipfrac.detach(),
-        "ppo_kl": ppo_kl.detach(),
-        "pg_clipfrac_lower": pg_clipfrac_lower.detach(),
-    }
+    return _policy_loss_outputs(pg_losses, pg_clipfrac, pg_clipfrac_lower, log_ratio, valid, loss_agg_mode)
 
 
 PolicyLossFn = Callable[..., "dict[str, torch.Tensor]"]

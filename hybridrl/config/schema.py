@@ -61,7 +61,9 @@ class PolicyLossConfig:
 
 
 @dataclass
-class ActorConfig:
+class TrainedRoleConfig:
+    """What every trained role (actor, critic) has: its engine, optimizer, batching and precision."""
+
     strategy: str = MISSING
     fsdp: FSDPConfig = field(default_factory=FSDPConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
@@ -69,6 +71,14 @@ class ActorConfig:
     ppo_micro_batch_size_per_gpu: int = MISSING
     ppo_epochs: int = MISSING
     shuffle: bool = MISSING
+    grad_clip: float = MISSING
+    loss_agg_mode: str = MISSING
+    precision: str = MISSING
+    gradient_scale: float = MISSING
+
+
+@dataclass
+class ActorConfig(TrainedRoleConfig):
     clip_ratio: float = MISSING
     clip_ratio_low: Optional[float] = MISSING
     clip_ratio_high: Optional[float] = MISSING
@@ -78,10 +88,6 @@ class ActorConfig:
     kl_loss_coef: float = MISSING
     kl_loss_type: str = MISSING
     entropy_coeff: float = MISSING
-    grad_clip: float = MISSING
-    loss_agg_mode: str = MISSING
-    precision: str = MISSING
-    gradient_scale: float = MISSING
 
 
 @dataclass
@@ -119,22 +125,11 @@ class ActorRolloutRefConfig:
 
 
 @dataclass
-class CriticConfig:
+class CriticConfig(TrainedRoleConfig):
     enable: Optional[bool] = MISSING
-    strategy: str = MISSING
     model: CriticModelConfig = field(default_factory=CriticModelConfig)
-    fsdp: FSDPConfig = field(default_factory=FSDPConfig)
-    optim: OptimConfig = field(default_factory=OptimConfig)
-    ppo_mini_batch_size: int = MISSING
-    ppo_micro_batch_size_per_gpu: int = MISSING
     forward_micro_batch_size_per_gpu: int = MISSING
-    ppo_epochs: int = MISSING
-    shuffle: bool = MISSING
     cliprange_value: Optional[float] = MISSING
-    grad_clip: float = MISSING
-    loss_agg_mode: str = MISSING
-    precision: str = MISSING
-    gradient_scale: float = MISSING
 
 
 @dataclass

@@ -6,13 +6,12 @@ trainer, so they can be unit-tested on CPU and reused by any worker or the drive
 
 from hybridrl.perf.device_peak import calibrate_matmul_flops, default_cache_path, mfu, peak_flops
 from hybridrl.perf.flops import FlopsModel
-from hybridrl.perf.stragglers import RankTimes, Straggler, find_stragglers, format_warning
+from hybridrl.perf.stragglers import Straggler, find_stragglers, format_warning
 from hybridrl.perf.utilization import ProcessSampler
 
 __all__ = [
     "FlopsModel",
     "ProcessSampler",
-    "RankTimes",
     "Straggler",
     "calibrate_matmul_flops",
     "default_cache_path",

@@ -30,33 +30,6 @@ class Straggler:
         return self.seconds / self.median if self.median > 0 else math.inf
 
 
-class RankTimes:
-    """Accumulates seconds per (call, rank); repeated calls on a rank within a window add up."""
-
-    def __init__(self) -> None:
-        self._times: dict[str, dict[int, float]] = {}
-
-    def record(self, call: str, rank: int, seconds: float) -> None:
-        per_rank = self._times.setdefault(call, {})
-        per_rank[rank] = per_rank.get(rank, 0.0) + float(seconds)
-
-    def record_all(self, call: str, seconds_per_rank: Sequence[float]) -> None:
-        """One duration per rank, in rank order (as a worker group's results come back)."""
-        for rank, seconds in enumerate(seconds_per_rank):
-            self.record(call, rank, seconds)
-
-    def durations(self) -> dict[str, list[float]]:
-        """call -> seconds indexed by rank; ranks that did not report are NaN (ignored later)."""
-        out: dict[str, list[float]] = {}
-        for call, per_rank in self._times.items():
-            size = max(per_rank) + 1
-            out[call] = [per_rank.get(rank, math.nan) for rank in range(size)]
-        return out
-
-    def reset(self) -> None:
-        self._times.clear()
-
-
 def find_stragglers(durations: Mapping[str, Sequence[float]], factor: float,
                     min_seconds: float = 0.05) -> list[Straggler]:
     """Flag, per call, the slowest rank if it took more than ``factor`` x the median and more

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from hybridrl.config.roles import critic_enabled, ref_enabled
-from hybridrl.perf.device_peak import peak_flops
+from hybridrl.perf.device_peak import mfu, peak_flops
 from hybridrl.perf.flops import FlopsModel
 from hybridrl.protocol import Batch
 
@@ -31,7 +31,7 @@ class StepPerf:
         critic = critic_enabled(cfg)
         self.forward_passes = 2 + int(ref_enabled(cfg)) + int(critic)
         self.train_passes = cfg.actor_rollout_ref.actor.ppo_epochs + (cfg.critic.ppo_epochs if critic else 0)
-        if cfg.algorithm.filter_groups.enable or getattr(cfg.algorithm, "adv_estimator", "") == "remax":
+        if cfg.algorithm.filter_groups.enable or cfg.algorithm.adv_estimator == "remax":
             logger.info("MFU counts one generation per step; extra generation rounds are not counted.")
 
     @classmethod
@@ -52,11 +52,10 @@ class StepPerf:
 
     def metrics(self, batch: Batch, step_seconds: float) -> dict[str, float]:
         seq_lens = batch.tensors["attention_mask"].sum(-1).tolist()
-        forward = self.flops.forward_flops(seq_lens)
-        total = forward * (self.forward_passes + 3 * self.train_passes)
+        total = self.flops.step_flops(seq_lens, self.forward_passes, self.train_passes)
         achieved = total / step_seconds
         return {
             "perf/flops_per_step": total,
             "perf/tflops_per_s_per_worker": achieved / self.num_workers / 1e12,
-            "perf/mfu": achieved / self.peak_total if self.peak_total else 0.0,
+            "perf/mfu": mfu(achieved, self.peak_total),
         }

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from hybridrl.algorithms import groups_with_signal, kept_group_ids
+from hybridrl.algorithms import groups_with_signal
 
 NAN = float("nan")
 
@@ -16,7 +16,6 @@ def test_drops_all_equal_and_singleton_groups():
     keep = groups_with_signal(scores, index)
     assert keep.dtype == np.bool_ and keep.shape == (7,)
     assert keep.tolist() == [False, True, False, True, False, False, False]
-    assert kept_group_ids(scores, index).tolist() == ["b"]
 
 
 def test_int_ids_non_adjacent_groups_and_order():
@@ -24,8 +23,6 @@ def test_int_ids_non_adjacent_groups_and_order():
     index = np.array([30, 10, 30, 10, 20, 20])
     # 30: 0, 1 keep ; 10: 2, 2 drop ; 20: 0, 5 keep
     assert groups_with_signal(scores, index).tolist() == [True, False, True, False, True, True]
-    # first-appearance order of the kept ids
-    assert kept_group_ids(scores, index).tolist() == [30, 20]
 
 
 def test_identical_floats_are_dropped_exactly():
@@ -45,7 +42,6 @@ def test_all_kept_none_kept_and_empty():
     assert groups_with_signal(torch.tensor([0.0, 1.0]), np.array([0, 0])).all()
     assert not groups_with_signal(torch.tensor([1.0, 1.0]), np.array([0, 0])).any()
     assert groups_with_signal(torch.zeros(0), np.array([])).shape == (0,)
-    assert kept_group_ids(torch.zeros(0), np.array([])).shape == (0,)
 
 
 def test_bad_shapes_raise():

@@ -1,6 +1,6 @@
 import math
 
-from hybridrl.perf.stragglers import RankTimes, Straggler, find_stragglers, format_warning
+from hybridrl.perf.stragglers import Straggler, find_stragglers, format_warning
 
 
 def test_flags_slowest_rank_against_median_of_others():
@@ -22,21 +22,6 @@ def test_min_seconds_and_threshold():
 
 def test_nan_ranks_ignored():
     assert find_stragglers({"c": [1.0, math.nan, 3.0]}, factor=2.0) == [Straggler("c", 2, 3.0, 1.0, 2.0)]
-
-
-def test_rank_times():
-    t = RankTimes()
-    t.record("update_actor", 1, 2.0)
-    t.record("update_actor", 0, 0.5)
-    t.record("update_actor", 1, 0.31)
-    t.record_all("generate", [1.0, 1.0])
-    t.record("ref", 1, 1.0)
-    d = t.durations()
-    assert d["update_actor"] == [0.5, 2.31]
-    assert d["generate"] == [1.0, 1.0]
-    assert math.isnan(d["ref"][0]) and d["ref"][1] == 1.0
-    t.reset()
-    assert t.durations() == {}
 
 
 def test_format_warning():

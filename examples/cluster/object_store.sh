@@ -1,0 +1,13 @@
+# shellcheck shell=bash
+# Sourced by start_head.sh and start_worker.sh: the object-store size and the /dev/shm check.
+# The seed suggests an object store of about 30% of the node's memory.
+mem_total_kb="$(awk '/^MemTotal:/ {print $2}' /proc/meminfo)"
+OBJECT_STORE_MEMORY="${OBJECT_STORE_MEMORY:-${RAY_object_store_memory:-$((mem_total_kb * 1024 * 30 / 100))}}"
+
+# The object store lives in /dev/shm. Docker's default /dev/shm is 64 MiB: start the container with
+# --shm-size larger than the object store, or Ray falls back to slower disk-backed memory.
+shm_bytes="$(df -k --output=size /dev/shm 2>/dev/null | tail -n 1 | tr -d ' ' || true)"
+if [[ -n "${shm_bytes}" && "${shm_bytes}" =~ ^[0-9]+$ ]] && ((shm_bytes * 1024 < OBJECT_STORE_MEMORY)); then
+    echo "warning: /dev/shm ($((shm_bytes / 1024 / 1024)) GiB) is smaller than the object store" \
+        "($((OBJECT_STORE_MEMORY / 1024 / 1024 / 1024)) GiB); raise docker run --shm-size." >&2
+fi
