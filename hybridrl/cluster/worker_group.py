@@ -35,6 +35,7 @@ class WorkerGroup:
         self.call_timeout_s = call_timeout_s
         self.monitor = monitor  # a RunMonitor: timeline, stragglers, resources (optional)
         self.actors: list[Any] = []
+        self._layouts: dict[tuple[str, str], list[tuple[int, int, bool]]] = {}
         self.placement_group = placement_group(pool.bundles(), strategy=pool.strategy, name=f"hybridrl-{pool.name}")
         try:
             ready, _ = ray.wait([self.placement_group.ready()], timeout=start_timeout_s)
@@ -119,18 +120,37 @@ class WorkerGroup:
     def load_checkpoint(self, directory: str) -> None:
         self._gather([a.load_checkpoint.remote(directory) for a in self.actors], "load_checkpoint")
 
+    def dp_layout(self, role: str, method: str) -> list[tuple[int, int, bool]]:
+        """Per rank: (data-parallel replica, replicas, gathered?) for ``role.method``. Ranks of one replica
+        (tensor-parallel peers, pipeline stages) get the same rows; one rank per replica reports back."""
+        key = (role, method)
+        if key not in self._layouts:
+            layout = [tuple(v) for v in self._wait([a.dp_layout.remote(role, method) for a in self.actors],
+                                                    f"{role}.dp_layout")]
+            replicas = {size for _, size, _ in layout}
+            gathered = sorted(dp for dp, _, collects in layout if collects)
+            if len(replicas) != 1 or gathered != list(range(layout[0][1])):
+                raise RuntimeError(f"{self.name}: inconsistent data-parallel layout for {role}.{method}: {layout}.")
+            self._layouts[key] = layout
+        return self._layouts[key]
+
     def call_split(self, role: str, method: str, batch: Batch) -> list[CallResult]:
-        """Give each rank its equal shard of ``batch``; return the per-rank results in rank order."""
-        shards = batch.split(self.world_size)
-        refs = [a.call.remote(role, method, shard) for a, shard in zip(self.actors, shards)]
-        return self._gather(refs, f"{role}.{method}", batch.nbytes())
+        """Give each data-parallel replica its equal shard of ``batch``; return one result per replica, in
+        replica order (from the replica's reporting rank)."""
+        layout = self.dp_layout(role, method)
+        shards = batch.split(layout[0][1])
+        refs = [a.call.remote(role, method, shards[dp]) for a, (dp, _, _) in zip(self.actors, layout)]
+        results = self._gather(refs, f"{role}.{method}", batch.nbytes())
+        collected = sorted((dp, r) for r, (dp, _, collects) in zip(results, layout) if collects)
+        return [r for _, r in collected]
 
     def call_dp(self, role: str, method: str, batch: Batch) -> tuple[Batch, list[CallResult]]:
-        """Split ``batch`` over the ranks, run ``role.method`` on each shard, gather the rows in order.
+        """Split ``batch`` over the data-parallel replicas, run ``role.method`` on each shard, gather the
+        rows in order.
 
-        Also returns the per-rank call results (their spans and resources; values are the shards).
+        Also returns the per-replica call results (their spans and resources; values are the shards).
         """
-        padded, pad = batch.pad_to_divisor(self.world_size)
+        padded, pad = batch.pad_to_divisor(self.dp_layout(role, method)[0][1])
         results = self.call_split(role, method, padded)
         return Batch.concat([r.value for r in results]).unpad(pad), results
 

@@ -78,8 +78,31 @@ def _normalize_seed_strategy(layer: DictConfig) -> DictConfig:
         name = strategy.get("name", "fsdp")
         params = strategy.get("params") or {}
         node["strategy"] = name
-        if params:
+        if params and name == "megatron":
+            node["parallel_config"] = OmegaConf.merge(node.get("parallel_config") or {}, {"megatron": params})
+        elif params:
             node[name] = OmegaConf.merge(node.get(name) or {}, params)
+    return _move_seed_parallel_config(layer)
+
+
+def _move_seed_parallel_config(layer: DictConfig) -> DictConfig:
+    """The seed writes ``trainer.parallel_config.megatron.tp_size=4`` for its Megatron-style critic: that
+    is ``critic.parallel_config.megatron.*`` with ``critic.strategy=megatron`` (unless the same layer
+    sets the critic's strategy itself)."""
+    trainer = layer.get("trainer") if isinstance(layer, DictConfig) else None
+    if not isinstance(trainer, DictConfig) or "parallel_config" not in trainer:
+        return layer
+    seed = trainer.pop("parallel_config")
+    unknown = set(seed or {}) - {"megatron"}
+    if unknown:
+        raise ConfigError(f"trainer.parallel_config takes only 'megatron' (the critic's Megatron-style layout); "
+                          f"got {sorted(unknown)}.")
+    if not isinstance(layer.get("critic"), DictConfig):
+        layer["critic"] = {}
+    critic = layer["critic"]  # assignment copies a node: fetch the one inside the layer
+    critic["parallel_config"] = OmegaConf.merge(critic.get("parallel_config") or {}, seed)
+    if "strategy" not in critic:
+        critic["strategy"] = "megatron"
     return layer
 
 

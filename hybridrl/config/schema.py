@@ -48,6 +48,20 @@ class FSDPConfig:
 
 
 @dataclass
+class MegatronConfig:
+    tp_size: int = MISSING
+    pp_size: int = MISSING
+    sequence_parallel: bool = MISSING
+    pp_schedule: str = MISSING
+    pp_microbatches: Optional[int] = MISSING
+
+
+@dataclass
+class ParallelConfig:
+    megatron: MegatronConfig = field(default_factory=MegatronConfig)
+
+
+@dataclass
 class OptimConfig:
     lr: float = MISSING
     betas: List[float] = MISSING
@@ -66,6 +80,7 @@ class TrainedRoleConfig:
 
     strategy: str = MISSING
     fsdp: FSDPConfig = field(default_factory=FSDPConfig)
+    parallel_config: ParallelConfig = field(default_factory=ParallelConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     ppo_mini_batch_size: int = MISSING
     ppo_micro_batch_size_per_gpu: int = MISSING
@@ -269,8 +284,10 @@ class Config:
 # Keys whose value must be one of a fixed set. Sets that grow by registration (advantage estimators,
 # tasks, reward functions) are checked against their registries in ``validate``.
 CHOICES: dict[str, tuple[str, ...]] = {
-    "actor_rollout_ref.actor.strategy": ("fsdp",),
-    "critic.strategy": ("fsdp",),
+    "actor_rollout_ref.actor.strategy": ("fsdp", "megatron"),
+    "critic.strategy": ("fsdp", "megatron"),
+    "actor_rollout_ref.actor.parallel_config.megatron.pp_schedule": ("1F1B", "GPipe"),
+    "critic.parallel_config.megatron.pp_schedule": ("1F1B", "GPipe"),
     "actor_rollout_ref.actor.fsdp.sharding_strategy": ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD"),
     "critic.fsdp.sharding_strategy": ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD"),
     "actor_rollout_ref.actor.precision": ("fp32", "bf16", "fp16"),

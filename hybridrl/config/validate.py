@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import logging
+from pathlib import Path
+from typing import Any
+
 from omegaconf import DictConfig, OmegaConf
 
 from hybridrl.config.schema import CHOICES, ROLES, TRACKERS
+
+logger = logging.getLogger(__name__)
 
 
 def _fail(msg: str):
@@ -71,8 +77,10 @@ def _check_positive(cfg: DictConfig) -> None:
         _fail("actor_rollout_ref.rollout.temperature must be > 0 (use do_sample=false for greedy).")
 
 
-def _check_batch_arithmetic(section: str, mini: int, micro: int, n: int, prompts: int, workers: int) -> None:
-    """The mini-batch must divide the step's batch and split evenly into micro-batches per worker."""
+def _check_batch_arithmetic(section: str, mini: int, micro: int, n: int, prompts: int, workers: int,
+                            pp_microbatches: int | None = None) -> None:
+    """The mini-batch must divide the step's batch and split evenly into micro-batches per worker
+    (per data-parallel replica, for tensor/pipeline-parallel roles: ``workers`` is then that count)."""
     sequences = prompts * n
     if sequences % workers:
         _fail(
@@ -97,6 +105,11 @@ def _check_batch_arithmetic(section: str, mini: int, micro: int, n: int, prompts
             f"{section}.ppo_micro_batch_size_per_gpu ({micro}) must divide the per-worker mini-batch: "
             f"ppo_mini_batch_size ({mini}) x rollout.n ({n}) / {workers} workers = {per_worker} "
             f"sequences. Pick a divisor of {per_worker}."
+        )
+    if pp_microbatches is not None and (pp_microbatches < 1 or per_worker % pp_microbatches):
+        _fail(
+            f"{section}.parallel_config.megatron.pp_microbatches ({pp_microbatches}) must divide the "
+            f"{per_worker} sequences a data-parallel replica gets per mini-batch."
         )
 
 
@@ -157,25 +170,26 @@ def validate(cfg: DictConfig) -> None:
     _check_positive(cfg)
     _check_algorithm(cfg)
     workers = _check_pools(cfg)
+    replicas = _check_megatron(cfg, workers)
     n = cfg.actor_rollout_ref.rollout.n
     prompts = cfg.data.train_batch_size
     actor = cfg.actor_rollout_ref.actor
     _check_batch_arithmetic(
         "actor_rollout_ref.actor", actor.ppo_mini_batch_size, actor.ppo_micro_batch_size_per_gpu,
-        n, prompts, workers["actor_rollout"],
+        n, prompts, replicas["actor_rollout"], _pp_microbatches(actor),
     )
     critic = cfg.critic
     if "critic" in workers:
         _check_batch_arithmetic(
             "critic", critic.ppo_mini_batch_size, critic.ppo_micro_batch_size_per_gpu,
-            n, prompts, workers["critic"],
+            n, prompts, replicas["critic"], _pp_microbatches(critic),
         )
     _check_sharding(cfg, workers)
     for role in sorted(set(workers) - {"actor_rollout"}):
-        if (prompts * n) % workers[role]:
+        if (prompts * n) % replicas[role]:
             _fail(
                 f"data.train_batch_size ({prompts}) x rollout.n ({n}) = {prompts * n} sequences cannot "
-                f"be split over the {workers[role]} workers of role '{role}'."
+                f"be split over the {replicas[role]} data-parallel replicas of role '{role}'."
             )
     _check_data_and_rewards(cfg)
     from hybridrl.data.tasks import make_task
@@ -239,9 +253,64 @@ def _check_data_and_rewards(cfg: DictConfig) -> None:
         _fail("trainer.val_generations_to_log must be >= 0.")
 
 
+STRATEGY_SECTIONS = {"actor_rollout": "actor_rollout_ref.actor", "ref": "actor_rollout_ref.actor",
+                     "critic": "critic", "reward_model": "reward_model"}
+
+
+def _pp_microbatches(section: DictConfig) -> int | None:
+    megatron = section.parallel_config.megatron
+    return megatron.pp_microbatches if section.strategy == "megatron" and megatron.pp_size > 1 else None
+
+
+def model_shape(cfg: DictConfig, role: str) -> dict[str, Any] | None:
+    """Heads, key/value heads, layers and embedding tying of the model a role trains (None when its
+    directory has no readable config; the model loader reports that)."""
+    model = cfg.actor_rollout_ref.model
+    path = (cfg.critic.model.path if role == "critic" else None) or model.path
+    if path is None:
+        tiny = model.tiny
+        return {"num_heads": tiny.num_attention_heads, "num_kv_heads": tiny.num_key_value_heads,
+                "num_layers": tiny.num_hidden_layers, "tied": False}
+    config_file = Path(path) / "config.json"
+    if not config_file.is_file():
+        return None
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(path, local_files_only=True, trust_remote_code=model.trust_remote_code)
+    config = getattr(config, "text_config", None) or config
+    heads = config.num_attention_heads
+    return {"num_heads": heads, "num_kv_heads": getattr(config, "num_key_value_heads", None) or heads,
+            "num_layers": config.num_hidden_layers, "tied": bool(getattr(config, "tie_word_embeddings", False))}
+
+
+def _check_megatron(cfg: DictConfig, workers: dict[str, int]) -> dict[str, int]:
+    """Data-parallel replicas per role; tensor/pipeline layouts that cannot run are refused with numbers."""
+    from hybridrl.parallel.megatron import megatron_fit_errors
+
+    replicas = dict(workers)
+    for role, count in workers.items():
+        section = OmegaConf.select(cfg, STRATEGY_SECTIONS[role])
+        if role == "reward_model" or section.strategy != "megatron":
+            continue
+        megatron = section.parallel_config.megatron
+        shape = model_shape(cfg, role)
+        if shape is None:
+            continue
+        errors = megatron_fit_errors(STRATEGY_SECTIONS[role], workers=count, tp_size=megatron.tp_size,
+                                     pp_size=megatron.pp_size, num_heads=shape["num_heads"],
+                                     num_kv_heads=shape["num_kv_heads"], num_layers=shape["num_layers"],
+                                     tied_embeddings=shape["tied"])
+        if errors:
+            _fail(" ".join(errors) + f" (role '{role}')")
+        if megatron.sequence_parallel and megatron.tp_size == 1:
+            logger.warning("%s.parallel_config.megatron.sequence_parallel=true has no effect with tp_size=1.",
+                           STRATEGY_SECTIONS[role])
+        replicas[role] = count // (megatron.tp_size * megatron.pp_size)
+    return replicas
+
+
 def _check_sharding(cfg: DictConfig, workers: dict[str, int]) -> None:
-    sections = {"actor_rollout": "actor_rollout_ref.actor", "ref": "actor_rollout_ref.actor",
-                "critic": "critic", "reward_model": "reward_model"}
+    sections = STRATEGY_SECTIONS
     for role, count in workers.items():
         fsdp = OmegaConf.select(cfg, f"{sections[role]}.fsdp")
         group = fsdp.shard_group_size

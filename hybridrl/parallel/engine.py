@@ -10,7 +10,7 @@ import contextlib
 import hashlib
 import logging
 import math
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 from torch import nn
@@ -18,6 +18,9 @@ from torch.distributed.device_mesh import DeviceMesh
 
 from hybridrl.parallel.fsdp import apply_fsdp, fsdp_mesh, full_state_dict
 from hybridrl.parallel.precision import DynamicLossScaler
+
+if TYPE_CHECKING:
+    from hybridrl.protocol import Batch
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +44,52 @@ class TrainEngine:
         else:
             model.requires_grad_(False)
 
+    # -- data layout: which rows this rank gets, and whether the driver gathers its results ----------
+    @property
+    def dp_rank(self) -> int:
+        import torch.distributed as dist
+
+        return dist.get_rank() if dist.is_initialized() else 0
+
+    @property
+    def dp_size(self) -> int:
+        import torch.distributed as dist
+
+        return dist.get_world_size() if dist.is_initialized() else 1
+
+    @property
+    def collects(self) -> bool:
+        return True
+
+    # -- forward / backward over micro-batches ------------------------------------------------------
+    def model_output(self, batch: "Batch") -> torch.Tensor:
+        """Logits (causal LM) or values (value model) for every position of ``batch``."""
+        out = self.model(input_ids=batch.tensors["input_ids"], attention_mask=batch.tensors["attention_mask"],
+                         position_ids=batch.tensors["position_ids"])
+        return getattr(out, "logits", out)
+
+    def forward_micro_batches(self, micro: list["Batch"], head: Callable[[torch.Tensor, "Batch"], Any]) -> list[Any]:
+        """``head(output, micro_batch)`` for each micro-batch, without gradients (log-probs, values)."""
+        results = []
+        with torch.no_grad():
+            for mb in micro:
+                mb = mb.to(self.device)
+                with self.autocast():
+                    results.append(head(self.model_output(mb), mb))
+        return results
+
+    def forward_backward(self, micro: list["Batch"],
+                         loss_fn: Callable[[torch.Tensor, "Batch"], tuple[torch.Tensor, dict[str, float]]]) -> list[dict]:
+        """Accumulate the gradients of the mean of ``loss_fn`` over the micro-batches; return their metrics."""
+        rows = []
+        for mb in micro:
+            mb = mb.to(self.device)
+            with self.autocast():
+                loss, row = loss_fn(self.model_output(mb), mb)
+            self.backward(loss / len(micro))
+            rows.append(row)
+        return rows
+
     def autocast(self) -> contextlib.AbstractContextManager:
         if self.precision in ("bf16", "fp16"):
             dtype = torch.bfloat16 if self.precision == "bf16" else torch.float16
@@ -61,10 +110,7 @@ class TrainEngine:
         params = [p for p in self.model.parameters() if p.grad is not None]
         if self.loss_scaler is not None:
             self.loss_scaler.unscale_(params)
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm=grad_clip)
-        if hasattr(grad_norm, "full_tensor"):  # DTensor under FSDP2
-            grad_norm = grad_norm.full_tensor()
-        grad_norm = float(grad_norm)
+        grad_norm = self.clip_gradients(params, grad_clip)
         overflow = not math.isfinite(grad_norm)
         if overflow:
             self.skipped_steps += 1
@@ -76,6 +122,13 @@ class TrainEngine:
             self.loss_scaler.update(overflow)
         self.zero_grad()
         return grad_norm
+
+    def clip_gradients(self, params: list[nn.Parameter], max_norm: float) -> float:
+        """Clip in place; return the total gradient norm before clipping."""
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm=max_norm)
+        if hasattr(grad_norm, "full_tensor"):  # DTensor under FSDP2
+            grad_norm = grad_norm.full_tensor()
+        return float(grad_norm)
 
     @property
     def lr(self) -> float:
@@ -99,11 +152,23 @@ def state_digest(state: dict[str, torch.Tensor]) -> str:
 
 def make_engine(strategy: str, model: nn.Module, *, mesh: DeviceMesh, device: torch.device,
                 strategy_cfg: Any, precision: str, optim_cfg: Any | None, gradient_scale: float | None = None,
-                ranks_per_node: int | None = None) -> TrainEngine:
+                ranks_per_node: int | None = None, megatron_cfg: Any | None = None) -> TrainEngine:
     """Wrap ``model`` with the role's strategy. ``mesh`` is the group's 1-D mesh; strategies that need
-    another layout (NO_SHARD, HYBRID_SHARD: 2-D) build it from the same ranks."""
+    another layout (NO_SHARD, HYBRID_SHARD: 2-D; megatron: pp x dp x tp) build it from the same ranks.
+    ``strategy_cfg`` is the role's ``fsdp`` section, ``megatron_cfg`` its ``parallel_config.megatron``."""
+    scaler = DynamicLossScaler(gradient_scale or 512.0) if precision == "fp16" and optim_cfg is not None else None
+    if strategy == "megatron":
+        from hybridrl.parallel.megatron import MegatronLayout
+        from hybridrl.parallel.megatron_engine import MegatronEngine
+
+        if megatron_cfg is None:
+            raise ValueError("strategy=megatron needs the role's parallel_config.megatron section.")
+        layout = MegatronLayout(mesh.size(), megatron_cfg.tp_size, megatron_cfg.pp_size, mesh.get_rank())
+        return MegatronEngine(model, layout, device, sequence_parallel=megatron_cfg.sequence_parallel,
+                              schedule=megatron_cfg.pp_schedule, num_microbatches=megatron_cfg.pp_microbatches,
+                              precision=precision, optim_cfg=optim_cfg, loss_scaler=scaler)
     if strategy != "fsdp":
-        raise ValueError(f"Unknown strategy '{strategy}'; valid strategies: fsdp.")
+        raise ValueError(f"Unknown strategy '{strategy}'; valid strategies: fsdp, megatron.")
     sharding = strategy_cfg.sharding_strategy
     if sharding in ("NO_SHARD", "HYBRID_SHARD"):
         group = strategy_cfg.get("shard_group_size") or ranks_per_node or mesh.size()
@@ -112,5 +177,4 @@ def make_engine(strategy: str, model: nn.Module, *, mesh: DeviceMesh, device: to
     model = apply_fsdp(model, mesh, sharding, strategy_cfg.mixed_precision, strategy_cfg.cpu_offload,
                        strategy_cfg.get("limit_all_gathers", True),
                        param_dtype=torch.float16 if precision == "fp16" else torch.bfloat16)
-    scaler = DynamicLossScaler(gradient_scale or 512.0) if precision == "fp16" and optim_cfg is not None else None
     return TrainEngine(model, device, precision, optim_cfg, state_dict_fn=full_state_dict, loss_scaler=scaler)

@@ -13,7 +13,7 @@ from hybridrl.models.loader import load_causal_lm, load_tokenizer
 from hybridrl.parallel.engine import make_engine, state_digest
 from hybridrl.protocol import Batch
 from hybridrl.rollout.hf_engine import HFRolloutEngine
-from hybridrl.workers.forward import micro_batches, policy_forward, ppo_update
+from hybridrl.workers.forward import micro_batches, ppo_update, response_log_probs
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +31,7 @@ class ActorRolloutRole:
             mesh=ctx.mesh, device=ctx.device, strategy_cfg=self.actor_cfg.fsdp,
             precision=self.actor_cfg.precision, optim_cfg=self.actor_cfg.optim,
             gradient_scale=self.actor_cfg.gradient_scale, ranks_per_node=ctx.ranks_per_node,
+            megatron_cfg=self.actor_cfg.parallel_config.megatron,
         )
         rollout_dtype = torch.bfloat16 if self.actor_cfg.precision == "bf16" else torch.float32
         rollout_model = load_causal_lm(ctx.model_path, model_cfg.trust_remote_code, dtype=rollout_dtype)
@@ -60,19 +61,24 @@ class ActorRolloutRole:
         texts = self.tokenizer.batch_decode(out["responses"], skip_special_tokens=True)
         return Batch.from_dict(tensors={k: v.cpu() for k, v in out.items()}, non_tensors={"response_text": texts})
 
+    # -- data layout ---------------------------------------------------------------------------
+    def dp_layout(self, method: str) -> tuple[int, int, bool]:
+        """(replica index, replicas, gathered?) for ``method``: generation runs on every rank's full copy
+        of the weights; training and log-probs follow the training engine's data-parallel layout."""
+        if method == "generate":
+            return self.ctx.rank, self.ctx.world_size, True
+        return self.engine.dp_rank, self.engine.dp_size, self.engine.collects
+
     # -- evaluation ----------------------------------------------------------------------------
-    @torch.no_grad()
-    def compute_log_prob(self, batch: Batch) -> Batch:
+    def compute_log_prob(self, batch: Batch) -> Batch | None:
         micro = self.rollout_cfg.log_prob_micro_batch_size_per_gpu
-        log_probs, entropies = [], []
-        for mb in micro_batches(batch, micro):
-            with self.engine.autocast():
-                lp, ent = policy_forward(self.engine.model, mb.to(self.ctx.device),
-                                         self.rollout_cfg.temperature, with_entropy=True)
-            log_probs.append(lp.cpu())
-            entropies.append(ent.cpu())
-        return Batch.from_dict(tensors={"old_log_probs": torch.cat(log_probs),
-                                        "old_entropy": torch.cat(entropies)})
+        temperature = self.rollout_cfg.temperature
+        out = self.engine.forward_micro_batches(
+            micro_batches(batch, micro), lambda logits, mb: response_log_probs(logits, mb, temperature, True))
+        if not out:  # an early pipeline stage: the last stage holds the result
+            return None
+        return Batch.from_dict(tensors={"old_log_probs": torch.cat([lp.cpu() for lp, _ in out]),
+                                        "old_entropy": torch.cat([ent.cpu() for _, ent in out])})
 
     # -- update --------------------------------------------------------------------------------
     def update_actor(self, batch: Batch) -> dict[str, float]:
@@ -81,11 +87,9 @@ class ActorRolloutRole:
         clip_low = cfg.clip_ratio if cfg.clip_ratio_low is None else cfg.clip_ratio_low
         clip_high = cfg.clip_ratio if cfg.clip_ratio_high is None else cfg.clip_ratio_high
 
-        def micro_loss(mb: Batch) -> tuple[torch.Tensor, dict[str, float]]:
+        def micro_loss(logits: torch.Tensor, mb: Batch) -> tuple[torch.Tensor, dict[str, float]]:
             mask = mb.tensors["response_mask"].float()
-            with self.engine.autocast():
-                log_prob, entropy = policy_forward(self.engine.model, mb, self.rollout_cfg.temperature,
-                                                   with_entropy=True)
+            log_prob, entropy = response_log_probs(logits, mb, self.rollout_cfg.temperature, with_entropy=True)
             pg = policy_loss(mb.tensors["old_log_probs"], log_prob, mb.tensors["advantages"], mask,
                              clip_ratio_low=clip_low, clip_ratio_high=clip_high, clip_ratio_c=cfg.clip_ratio_c,
                              loss_agg_mode=cfg.loss_agg_mode)
@@ -101,9 +105,8 @@ class ActorRolloutRole:
                 row["actor/kl_coef"] = cfg.kl_loss_coef
             return loss, row
 
-        mini = cfg.ppo_mini_batch_size * self.rollout_cfg.n // self.ctx.world_size
-        return ppo_update(self.engine, batch, cfg, mini, int(batch.meta.get("seed", 0)), self.ctx.device,
-                          micro_loss, "actor")
+        mini = cfg.ppo_mini_batch_size * self.rollout_cfg.n // self.engine.dp_size
+        return ppo_update(self.engine, batch, cfg, mini, int(batch.meta.get("seed", 0)), micro_loss, "actor")
 
     # -- inspection and export -----------------------------------------------------------------
     def state_digest(self) -> dict[str, str]:

@@ -5,21 +5,16 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import torch
-from torch import nn
 
 from hybridrl.algorithms.losses import entropy_from_logits, log_probs_from_logits
 from hybridrl.protocol import Batch
 
 
-def policy_forward(model: nn.Module, batch: Batch, temperature: float,
-                   with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Log-probs (and entropy) of each response token under ``model``, at sampling temperature."""
+def response_log_probs(logits: torch.Tensor, batch: Batch, temperature: float,
+                       with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs (and entropy) of each response token, from the policy's logits at sampling temperature."""
     responses = batch.tensors["responses"]  # (B, R)
     resp_len = responses.shape[1]
-    logits = model(
-        input_ids=batch.tensors["input_ids"], attention_mask=batch.tensors["attention_mask"],
-        position_ids=batch.tensors["position_ids"], use_cache=False,
-    ).logits  # (B, P+R, V)
     # The logit at position t predicts token t+1: responses are predicted by P-1 .. P+R-2.
     logits = logits[:, -resp_len - 1:-1, :].float() / temperature  # (B, R, V)
     log_probs = log_probs_from_logits(logits, responses)
@@ -27,13 +22,9 @@ def policy_forward(model: nn.Module, batch: Batch, temperature: float,
     return log_probs, entropy
 
 
-def value_forward(model: nn.Module, batch: Batch) -> torch.Tensor:
-    """Value of the state before each response token (the position that predicts it)."""
+def response_values(values: torch.Tensor, batch: Batch) -> torch.Tensor:
+    """Value of the state before each response token (the position that predicts it), from per-position values."""
     resp_len = batch.tensors["responses"].shape[1]
-    values = model(
-        input_ids=batch.tensors["input_ids"], attention_mask=batch.tensors["attention_mask"],
-        position_ids=batch.tensors["position_ids"],
-    )  # (B, P+R)
     return values[:, -resp_len - 1:-1].float()  # (B, R)
 
 
@@ -47,23 +38,20 @@ def micro_batches(batch: Batch, size: int) -> list[Batch]:
     return [batch[i:i + size] for i in range(0, len(batch), size)]
 
 
-def ppo_update(engine: Any, batch: Batch, cfg: Any, mini_size: int, seed: int, device: torch.device,
-               micro_loss: Callable[[Batch], tuple[torch.Tensor, dict[str, float]]], prefix: str) -> dict[str, float]:
+def ppo_update(engine: Any, batch: Batch, cfg: Any, mini_size: int, seed: int,
+               loss_fn: Callable[[torch.Tensor, Batch], tuple[torch.Tensor, dict[str, float]]],
+               prefix: str) -> dict[str, float]:
     """PPO epochs over ``batch``: mini-batches of ``mini_size`` rows (one optimizer step each), split into
-    micro-batches of ``cfg.ppo_micro_batch_size_per_gpu`` whose gradients accumulate. ``micro_loss``
-    gives one micro-batch's loss and metrics; the returned metrics are their means."""
+    micro-batches of ``cfg.ppo_micro_batch_size_per_gpu`` whose gradients accumulate. ``loss_fn`` maps
+    the model's output on one micro-batch to its loss and metrics; the returned metrics are their means
+    (empty of loss metrics on ranks that compute no loss, e.g. early pipeline stages)."""
     generator = torch.Generator().manual_seed(seed)
     rows: list[dict[str, float]] = []
     engine.model.train()
     for _ in range(cfg.ppo_epochs):
         data = batch.shuffle(generator) if cfg.shuffle else batch
         for mini_batch in data.minibatches(mini_size):
-            micros = mini_batch.minibatches(cfg.ppo_micro_batch_size_per_gpu)
-            stats = []
-            for mb in micros:
-                loss, row = micro_loss(mb.to(device))
-                engine.backward(loss / len(micros))
-                stats.append(row)
+            stats = engine.forward_backward(mini_batch.minibatches(cfg.ppo_micro_batch_size_per_gpu), loss_fn)
             row = mean_metrics(stats)
             row[f"{prefix}/grad_norm"] = engine.step(cfg.grad_clip)
             rows.append(row)

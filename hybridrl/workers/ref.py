@@ -9,7 +9,7 @@ import torch
 from hybridrl.models.loader import load_causal_lm
 from hybridrl.parallel.engine import make_engine
 from hybridrl.protocol import Batch
-from hybridrl.workers.forward import micro_batches, policy_forward
+from hybridrl.workers.forward import micro_batches, response_log_probs
 
 
 class RefRole:
@@ -21,15 +21,16 @@ class RefRole:
         model = load_causal_lm(ctx.model_path, cfg.actor_rollout_ref.model.trust_remote_code)
         self.engine = make_engine(actor.strategy, model, mesh=ctx.mesh, device=ctx.device,
                                   strategy_cfg=actor.fsdp, precision=actor.precision, optim_cfg=None,
-                                  ranks_per_node=ctx.ranks_per_node)
+                                  ranks_per_node=ctx.ranks_per_node,
+                                  megatron_cfg=actor.parallel_config.megatron)
         self.engine.model.eval()
 
-    @torch.no_grad()
-    def compute_ref_log_prob(self, batch: Batch) -> Batch:
-        out = []
-        for mb in micro_batches(batch, self.micro):
-            with self.engine.autocast():
-                lp, _ = policy_forward(self.engine.model, mb.to(self.ctx.device), self.temperature,
-                                       with_entropy=False)
-            out.append(lp.cpu())
-        return Batch.from_dict(tensors={"ref_log_probs": torch.cat(out)})
+    def dp_layout(self, method: str) -> tuple[int, int, bool]:
+        return self.engine.dp_rank, self.engine.dp_size, self.engine.collects
+
+    def compute_ref_log_prob(self, batch: Batch) -> Batch | None:
+        out = self.engine.forward_micro_batches(
+            micro_batches(batch, self.micro), lambda logits, mb: response_log_probs(logits, mb, self.temperature, False)[0])
+        if not out:  # an early pipeline stage: the last stage holds the result
+            return None
+        return Batch.from_dict(tensors={"ref_log_probs": torch.cat([lp.cpu() for lp in out])})

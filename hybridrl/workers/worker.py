@@ -103,6 +103,12 @@ class Worker:
             raise AttributeError(f"Role '{role}' has no method '{method}'; it has: {public}.")
         return self._timed(f"{role}.{method}", target, *args, **kwargs)
 
+    def dp_layout(self, role: str, method: str) -> tuple[int, int, bool]:
+        """(replica, replicas, gathered?) of this rank for ``role.method``; every rank is its own replica
+        unless the role says otherwise (tensor/pipeline-parallel engines)."""
+        layout = getattr(self.roles.get(role), "dp_layout", None)
+        return tuple(layout(method)) if layout is not None else (self.rank, self.world_size, True)
+
     def execute(self, fn: Any, *args: Any, **kwargs: Any) -> CallResult:
         """Run ``fn(worker, *args)`` here: diagnostics and tests on every rank, timed like a role call."""
         return self._timed(getattr(fn, "__name__", "execute"), fn, self, *args, **kwargs)

@@ -1,0 +1,239 @@
+"""The Megatron-style training engine: tensor/sequence parallel (DTensor), pipeline stages
+(``torch.distributed.pipelining``, 1F1B or GPipe) and data parallel on one (pp, dp, tp) mesh.
+
+Data parallel here is Megatron's default: replicas hold every parameter of their (tp, pp) slice and
+average gradients with one bucketed all-reduce before the optimizer step. (Sharding across replicas is
+what the fsdp strategy is for.)
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.tensor import Replicate
+
+from hybridrl.models.decoder_stage import DecoderStage, decoder_parts, keep_stage, stage_layer_ranges
+from hybridrl.parallel.engine import TrainEngine
+from hybridrl.parallel.megatron import MegatronLayout, apply_tensor_parallel, megatron_mesh
+from hybridrl.parallel.precision import DynamicLossScaler
+from hybridrl.protocol import Batch
+
+logger = logging.getLogger(__name__)
+
+_LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+
+
+def _is_dtensor(tensor: Any) -> bool:
+    return hasattr(tensor, "placements")
+
+
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.to_local() if _is_dtensor(tensor) else tensor
+
+
+class _PipelineCall:
+    """The last stage's per-micro-batch function for one pipeline pass: ``fn(output, rows)`` where the
+    schedule's target is the row indices of the micro-batch, so the loss can use any column of the batch."""
+
+    def __init__(self, batch: Batch, seq: int, fn: Callable, train: bool, n: int,
+                 loss_scaler: DynamicLossScaler | None) -> None:
+        self.batch, self.seq, self.fn, self.train, self.n, self.loss_scaler = batch, seq, fn, train, n, loss_scaler
+        self.results: list[Any] = []
+
+    def __call__(self, output: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        value = self.fn(output[:, :self.seq], self.batch[rows])
+        if not self.train:
+            self.results.append(value)
+            return output.new_zeros(())
+        loss, row = value
+        self.results.append(row)
+        loss = loss / self.n
+        return self.loss_scaler.scale_loss(loss) if self.loss_scaler is not None else loss
+
+
+class MegatronEngine(TrainEngine):
+    def __init__(self, model: nn.Module, layout: MegatronLayout, device: torch.device, *, sequence_parallel: bool,
+                 schedule: str = "1F1B", num_microbatches: int | None = None, precision: str = "fp32",
+                 optim_cfg: Any | None = None, loss_scaler: DynamicLossScaler | None = None) -> None:
+        self.layout = layout
+        self.schedule = schedule
+        self._schedules: dict[tuple, Any] = {}
+        self._call: _PipelineCall | None = None
+        self.num_microbatches = num_microbatches
+        self.mesh = megatron_mesh(device.type, layout)
+        self.tp_group = self.mesh["tp"].get_group()
+        self.dp_group = self.mesh["dp"].get_group()
+        self.pp_group = self.mesh["pp"].get_group()
+        parts = decoder_parts(model)
+        full = model.state_dict()
+        self._full_meta = {name: (tuple(t.shape), t.dtype) for name, t in full.items()}
+        ranges = stage_layer_ranges(parts.config.num_hidden_layers, layout.pp_size)
+        self._stage_names = [[n for n in full if self._stage_of(n, ranges) == s] for s in range(layout.pp_size)]
+        del full
+        keep_stage(parts, ranges[layout.pp_rank], layout.is_first_stage, layout.is_last_stage)
+        model = model.to(device)
+        tp_mesh = self.mesh["tp"] if layout.tp_size > 1 else None
+        self.sequence_parallel = sequence_parallel and tp_mesh is not None
+        if tp_mesh is not None:
+            apply_tensor_parallel(parts, tp_mesh, self.sequence_parallel)
+        self.stage = DecoderStage(parts, layout.is_first_stage, layout.is_last_stage, tp_mesh, self.sequence_parallel)
+        mine = set(model.state_dict())
+        if mine != set(self._stage_names[layout.pp_rank]):
+            raise RuntimeError(f"Pipeline stage {layout.pp_rank} holds {sorted(mine ^ set(self._stage_names[layout.pp_rank]))[:4]} "
+                               f"unexpectedly: the model's parameter names do not follow the decoder layout.")
+        super().__init__(model, device, precision, optim_cfg, state_dict_fn=self._gather_full_state,
+                         loss_scaler=loss_scaler)
+
+    # -- layout --------------------------------------------------------------------------------
+    @property
+    def dp_rank(self) -> int:
+        return self.layout.dp_rank
+
+    @property
+    def dp_size(self) -> int:
+        return self.layout.dp_size
+
+    @property
+    def collects(self) -> bool:
+        return self.layout.collects
+
+    def _stage_of(self, name: str, ranges: list[range]) -> int:
+        match = _LAYER.search(name)
+        if match:
+            layer = int(match.group(1))
+            return next(s for s, r in enumerate(ranges) if layer in r)
+        return 0 if "embed_tokens" in name else len(ranges) - 1
+
+    # -- forward / backward --------------------------------------------------------------------
+    def _pad_sequence(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Sequence parallel splits the sequence evenly over tp ranks: pad on the right (masked, and
+        causal attention keeps earlier positions unchanged); outputs are cut back to the true length."""
+        ids, mask, pos = (batch.tensors[k] for k in ("input_ids", "attention_mask", "position_ids"))
+        extra = -ids.shape[1] % self.layout.tp_size if self.sequence_parallel else 0
+        if extra:
+            step = torch.arange(1, extra + 1, device=pos.device).expand(pos.shape[0], extra)
+            ids = torch.cat([ids, ids.new_zeros(ids.shape[0], extra)], dim=1)
+            mask = torch.cat([mask, mask.new_zeros(mask.shape[0], extra)], dim=1)
+            pos = torch.cat([pos, pos[:, -1:] + step], dim=1)
+        return ids, mask, pos
+
+    def model_output(self, batch: Batch) -> torch.Tensor:
+        ids, mask, pos = self._pad_sequence(batch)
+        return self.stage(ids, mask, pos)[:, :batch.tensors["input_ids"].shape[1]]
+
+    def forward_micro_batches(self, micro: list[Batch], head: Callable[[torch.Tensor, Batch], Any]) -> list[Any]:
+        if self.layout.pp_size == 1:
+            return super().forward_micro_batches(micro, head)
+        with torch.no_grad():
+            return self._run_pipeline(micro, head, train=False)
+
+    def forward_backward(self, micro: list[Batch],
+                         loss_fn: Callable[[torch.Tensor, Batch], tuple[torch.Tensor, dict[str, float]]]) -> list[dict]:
+        if self.layout.pp_size == 1:
+            return super().forward_backward(micro, loss_fn)
+        return self._run_pipeline(micro, loss_fn, train=True)
+
+    def _run_pipeline(self, micro: list[Batch], fn: Callable, train: bool) -> list[Any]:
+        """One pipeline schedule over ``micro`` (equal-size micro-batches in training). Only the last stage
+        computes ``fn``; it returns the per-micro-batch results there and an empty list elsewhere."""
+        batch = Batch.concat(micro).to(self.device)
+        n = self.num_microbatches or len(micro)
+        ids, mask, pos = self._pad_sequence(batch)
+        call = _PipelineCall(batch, batch.tensors["input_ids"].shape[1], fn, train, n, self.loss_scaler)
+        schedule = self._schedule_for(tuple(ids.shape), n, train, call)
+        layout = self.layout
+        args = (ids,) if layout.is_first_stage else ()
+        target = torch.arange(len(batch), device=self.device) if layout.is_last_stage else None
+        with self.autocast():
+            if train:
+                schedule.step(*args, target=target, attention_mask=mask, position_ids=pos)
+            else:
+                schedule.eval(*args, target=target, attention_mask=mask, position_ids=pos)
+        # A new schedule first infers activation shapes with one throw-away forward/backward, which also
+        # calls the loss on made-up inputs: the real micro-batches are the last ``n`` calls.
+        return call.results[-n:] if call.results else []
+
+    def _schedule_for(self, shape: tuple[int, ...], n: int, train: bool, call: "_PipelineCall") -> Any:
+        """A stage and schedule per input shape: a stage fixes its activation shapes when first run."""
+        from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+
+        self._call = call
+        key = (shape, n, train)
+        if key not in self._schedules:
+            layout = self.layout
+            stage = PipelineStage(self.stage, layout.pp_rank, layout.pp_size, self.device, group=self.pp_group)
+            schedule_cls = ScheduleGPipe if self.schedule == "GPipe" else Schedule1F1B
+            self._schedules[key] = schedule_cls(stage, n_microbatches=n, loss_fn=lambda out, rows: self._call(out, rows),
+                                                scale_grads=False)
+        return self._schedules[key]
+
+    # -- optimizer step ------------------------------------------------------------------------
+    def clip_gradients(self, params: list[nn.Parameter], max_norm: float) -> float:
+        """Average gradients over data-parallel replicas, then clip by the norm over the whole model.
+
+        Written here rather than with ``clip_grad_norm_``: the model mixes DTensor (tensor-parallel) and
+        plain (replicated) parameters, and pipeline stages each hold a different part of the model."""
+        for p in params:  # e.g. sequence-parallel norm weights: per-rank partial sums until reduced
+            if _is_dtensor(p.grad) and any(pl.is_partial() for pl in p.grad.placements):
+                p.grad = p.grad.redistribute(placements=[Replicate() if pl.is_partial() else pl
+                                                         for pl in p.grad.placements])
+        if self.layout.dp_size > 1:
+            self._all_reduce_dp([p.grad for p in params])
+        sharded = torch.zeros((), dtype=torch.float64, device=self.device)
+        replicated = torch.zeros((), dtype=torch.float64, device=self.device)
+        for p in params:
+            sq = _local(p.grad).detach().double().pow(2).sum()
+            if _is_dtensor(p.grad) and any(pl.is_shard() for pl in p.grad.placements):
+                sharded += sq
+            else:  # equal on every tensor-parallel rank: count once
+                replicated += sq
+        if self.layout.tp_size > 1:
+            dist.all_reduce(sharded, group=self.tp_group)
+        total = sharded + replicated
+        if self.layout.pp_size > 1:
+            dist.all_reduce(total, group=self.pp_group)
+        norm = math.sqrt(float(total))
+        if math.isfinite(norm) and norm > max_norm:
+            coef = max_norm / (norm + 1e-6)
+            for p in params:
+                _local(p.grad).mul_(coef)
+        return norm
+
+    def _all_reduce_dp(self, grads: list[torch.Tensor]) -> None:
+        """One bucketed all-reduce of every local gradient, averaged over replicas."""
+        locals_ = [_local(g) for g in grads]
+        flat = torch.cat([g.reshape(-1).float() for g in locals_])
+        dist.all_reduce(flat, group=self.dp_group)
+        flat /= self.layout.dp_size
+        offset = 0
+        for g in locals_:
+            g.copy_(flat[offset:offset + g.numel()].view_as(g))
+            offset += g.numel()
+
+    # -- full weights --------------------------------------------------------------------------
+    def _gather_full_state(self, model: nn.Module) -> dict[str, torch.Tensor]:
+        """The whole model's Hugging Face state dict on every rank: tensor-parallel shards are gathered
+        within the stage, then each stage broadcasts its tensors along the pipeline."""
+        local = {name: (t.full_tensor() if _is_dtensor(t) else t).detach()
+                 for name, t in model.state_dict().items()}
+        if self.layout.pp_size == 1:
+            return local
+        out: dict[str, torch.Tensor] = {}
+        layout = self.layout
+        for stage, names in enumerate(self._stage_names):
+            src = (stage * layout.dp_size + layout.dp_rank) * layout.tp_size + layout.tp_rank
+            for name in names:
+                if stage == layout.pp_rank:
+                    tensor = local[name].contiguous()
+                else:
+                    shape, dtype = self._full_meta[name]
+                    tensor = torch.empty(shape, dtype=dtype, device=self.device)
+                dist.broadcast(tensor, src=src, group=self.pp_group)
+                out[name] = tensor
+        return {name: out[name] for name in self._full_meta}
