@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from hybridrl.checkpoint.shards import assemble_full
 from hybridrl.config.loader import load_config
 from hybridrl.models.tiny import ensure_tiny_model
 from hybridrl.parallel.launch import run_ranks
@@ -69,6 +72,7 @@ def megatron(tp: int = 1, pp: int = 1, sp: bool = False, schedule: str = "1F1B")
 def train_on_rank(rank: int, world_size: int, model_path: str, out_dir: str, layout: tuple[str, ...]) -> None:
     from torch.distributed.device_mesh import init_device_mesh
 
+    from hybridrl.checkpoint.shards import load_engine_shard, save_engine_shard
     from hybridrl.workers.actor_rollout import ActorRolloutRole
     from hybridrl.workers.critic import CriticRole
     from hybridrl.workers.worker import WorkerContext
@@ -85,6 +89,17 @@ def train_on_rank(rank: int, world_size: int, model_path: str, out_dir: str, lay
     actor_rows = [actor.update_actor(shard) for _ in range(3)]
     critic_rows = [critic.update_critic(shard) for _ in range(3)]
     actor_state, critic_state = actor.engine.full_state_dict(), critic.engine.full_state_dict()
+    actor.sync_weights()  # the hand-over to generation: the rollout copy gets exactly the trained weights
+    digest = actor.state_digest()
+    assert digest["train"] == digest["rollout"], "generation engine did not get the trained weights"
+    # Checkpoint shards of every layout reassemble into the full weights (export), and load back in place
+    # (resume): one more update, then loading the checkpoint restores the saved weights exactly.
+    for name, role in (("actor", actor), ("critic", critic)):
+        save_engine_shard(role.engine.model, role.engine.optimizer, Path(out_dir) / f"ckpt_{name}", rank, world_size)
+    critic.update_critic(shard)
+    load_engine_shard(critic.engine.model, critic.engine.optimizer, Path(out_dir) / "ckpt_critic", rank, world_size)
+    restored = critic.engine.full_state_dict()
+    assert all(torch.equal(restored[k], critic_state[k]) for k in critic_state), "resume did not restore weights"
     save_file({k: v.contiguous() for k, v in actor_state.items()}, f"{out_dir}/actor_rank{rank}.safetensors")
     save_file({k: v.contiguous() for k, v in critic_state.items()}, f"{out_dir}/critic_rank{rank}.safetensors")
     if collects:
@@ -131,6 +146,7 @@ def test_megatron_matches_single_process(tmp_path, tiny_and_reference, world, la
         for other in ranks[1:]:  # the gathered full weights are the same on every rank
             _close(ranks[0], other, rtol=0, atol=0)
         _close(ref, ranks[0])
+        _close(assemble_full(tmp_path / f"ckpt_{role}"), ranks[0], rtol=0, atol=0)
     one = torch.load(single / "result_dp0.pt")
     dp = len(list(tmp_path.glob("result_dp*.pt")))
     many = [torch.load(tmp_path / f"result_dp{i}.pt") for i in range(dp)]
