@@ -125,7 +125,7 @@ def main() -> None:
         params = sum(p.numel() for p in load_causal_lm(model_dir).parameters())
         print(f"model: {params / 1e6:.2f}M parameters, {args.layers} layers, hidden {args.hidden}; "
               f"global batch {args.batch} x {args.seq} tokens; {args.steps} steps, first left out")
-        print(f"{'ranks':>5}  {'strategy':<22}{'step s':>8}{'peak GB/rank':>14}{'sent MB/rank/step (est.)':>26}")
+        print(f"{'ranks':>5}  {'strategy':<26}{'step s':>8}{'peak GB/rank':>14}{'sent MB/rank/step (est.)':>26}")
         for index, (world, strategy, option) in enumerate(CASES):
             out = Path(tmp) / f"case{index}"
             out.mkdir()
@@ -142,7 +142,7 @@ def main() -> None:
             else:
                 sent = comm_bytes_per_rank(params, world, strategy, option) / 2**20
                 label = strategy + (f"({option})" if option else "")
-            print(f"{world:>5}  {label:<22}{step:>8.3f}{peak:>14.2f}{sent:>26.1f}")
+            print(f"{world:>5}  {label:<26}{step:>8.3f}{peak:>14.2f}{sent:>26.1f}")
 
 
 if __name__ == "__main__":
