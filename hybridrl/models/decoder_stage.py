@@ -133,6 +133,8 @@ class DecoderStage(nn.Module):
     def _to_sequence_shards(self, hidden: torch.Tensor) -> torch.Tensor:
         from torch.distributed.tensor import DTensor, Replicate, Shard
 
+        if hasattr(hidden, "placements"):  # a vocabulary-parallel embedding already reduce-scattered it
+            return hidden
         if self.is_first:  # the embedding output is whole on every rank: keep this rank's slice
             full = DTensor.from_local(hidden, self.tp_mesh, [Replicate()], run_check=False)
             return full.redistribute(self.tp_mesh, [Shard(1)])

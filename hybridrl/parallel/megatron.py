@@ -8,8 +8,9 @@ links), then data parallel, then pipeline stages (``rank = (pp * dp_size + dp) *
 Tensor parallel follows the model's own ``base_model_tp_plan`` (q/k/v/gate/up column-wise, o/down
 row-wise). Sequence parallel adds Megatron's sequence split of the norms and residual stream: hidden
 states between the attention and MLP blocks are sharded along the sequence and gathered inside them.
-The embedding, final norm and head stay replicated on the tensor-parallel ranks (the vocabulary is not
-split), which keeps tied embeddings correct; their gradients are equal on every tensor-parallel rank.
+The embedding and the LM head are vocabulary-parallel (Megatron's split of the vocabulary rows) unless
+the model ties them, in which case they stay replicated. The final norm and the critic's value head are
+replicated; their gradients are equal on every tensor-parallel rank.
 """
 
 from __future__ import annotations
@@ -131,4 +132,27 @@ def apply_tensor_parallel(parts: DecoderParts, tp_mesh: Any, sequence_parallel: 
         parallelize_module(layer, tp_mesh, styles)
     if sequence_parallel and parts.backbone.norm is not None:
         parallelize_module(parts.backbone.norm, tp_mesh, SequenceParallel())
+    if not _tied(parts):
+        _apply_vocab_parallel(parts, tp_mesh, sequence_parallel)
+
+
+def _tied(parts: DecoderParts) -> bool:
+    return bool(getattr(parts.model.config if hasattr(parts.model, "config") else parts.config,
+                        "tie_word_embeddings", False))
+
+
+def _apply_vocab_parallel(parts: DecoderParts, tp_mesh: Any, sequence_parallel: bool) -> None:
+    """Megatron's vocabulary-parallel embedding and output layer: each rank holds vocab / tp rows. The
+    embedding's partial sums are all-reduced (or reduce-scattered along the sequence under sequence
+    parallel); the head's logits are all-gathered. Tied embeddings stay replicated: one weight cannot be
+    split two ways."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    if parts.backbone.embed_tokens is not None:
+        style = (RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1), use_local_output=False)
+                 if sequence_parallel else RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate()))
+        parallelize_module(parts.backbone.embed_tokens, tp_mesh, style)
+    if parts.head_name == "lm_head" and parts.head is not None:
+        parallelize_module(parts.head, tp_mesh, ColwiseParallel(input_layouts=Replicate(), output_layouts=Replicate()))
 

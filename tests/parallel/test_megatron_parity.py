@@ -83,6 +83,11 @@ def train_on_rank(rank: int, world_size: int, model_path: str, out_dir: str, lay
     ctx = WorkerContext(rank, world_size, torch.device("cpu"), mesh, model_path, model_path)
     actor, critic = ActorRolloutRole(cfg, ctx), CriticRole(cfg, ctx)
     dp_rank, dp_size, collects = actor.dp_layout("update_actor")
+    actor_cfg = cfg.actor_rollout_ref.actor
+    if actor_cfg.strategy == "megatron" and actor_cfg.parallel_config.megatron.tp_size > 1:
+        model = actor.engine.model  # vocabulary-parallel embedding and head (17 rows: uneven over 2 ranks)
+        for module in (model.model.embed_tokens, model.lm_head):
+            assert module is None or module.weight.placements[0].is_shard(0)
     shard = make_batch(len(actor.tokenizer)).split(dp_size)[dp_rank]
     log_probs = actor.compute_log_prob(shard)
     values = critic.compute_values(shard)
