@@ -270,7 +270,7 @@ def model_shape(cfg: DictConfig, role: str) -> dict[str, Any] | None:
     if path is None:
         tiny = model.tiny
         return {"num_heads": tiny.num_attention_heads, "num_kv_heads": tiny.num_key_value_heads,
-                "num_layers": tiny.num_hidden_layers, "tied": False}
+                "num_layers": tiny.num_hidden_layers, "tied": False, "tp_plan": True, "model_type": "qwen2"}
     config_file = Path(path) / "config.json"
     if not config_file.is_file():
         return None
@@ -280,7 +280,8 @@ def model_shape(cfg: DictConfig, role: str) -> dict[str, Any] | None:
     config = getattr(config, "text_config", None) or config
     heads = config.num_attention_heads
     return {"num_heads": heads, "num_kv_heads": getattr(config, "num_key_value_heads", None) or heads,
-            "num_layers": config.num_hidden_layers, "tied": bool(getattr(config, "tie_word_embeddings", False))}
+            "num_layers": config.num_hidden_layers, "tied": bool(getattr(config, "tie_word_embeddings", False)),
+            "tp_plan": bool(getattr(config, "base_model_tp_plan", None)), "model_type": config.model_type}
 
 
 def _check_megatron(cfg: DictConfig, workers: dict[str, int]) -> dict[str, int]:
@@ -300,6 +301,10 @@ def _check_megatron(cfg: DictConfig, workers: dict[str, int]) -> dict[str, int]:
                                      pp_size=megatron.pp_size, num_heads=shape["num_heads"],
                                      num_kv_heads=shape["num_kv_heads"], num_layers=shape["num_layers"],
                                      tied_embeddings=shape["tied"])
+        if megatron.tp_size > 1 and not shape["tp_plan"]:
+            errors.append(f"{STRATEGY_SECTIONS[role]}.parallel_config.megatron.tp_size={megatron.tp_size}: the "
+                          f"'{shape['model_type']}' model declares no tensor-parallel plan (base_model_tp_plan); "
+                          f"use tp_size=1 or strategy=fsdp for it.")
         if errors:
             _fail(" ".join(errors) + f" (role '{role}')")
         if megatron.sequence_parallel and megatron.tp_size == 1:

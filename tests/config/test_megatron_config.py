@@ -88,3 +88,12 @@ def test_main_refuses_a_bad_layout_before_ray(tmp_path):
     errors = [line for line in proc.stderr.splitlines() if "ERROR" in line]
     assert len(errors) == 1 and "tp_size=3 must divide" in errors[0]
     assert "RAY_LOADED False" in proc.stdout
+
+
+def test_a_model_without_a_tensor_parallel_plan_is_refused(tmp_path):
+    from transformers import GPT2Config
+
+    GPT2Config(n_layer=2, n_head=4, n_embd=32, vocab_size=17).save_pretrained(tmp_path / "gpt2")
+    with pytest.raises(ConfigError, match=r"'gpt2' model declares no tensor-parallel plan"):
+        load_config([f"actor_rollout_ref.model.path={tmp_path / 'gpt2'}", "critic.strategy=megatron",
+                     "critic.parallel_config.megatron.tp_size=2"])
