@@ -71,6 +71,9 @@ class MegatronEngine(TrainEngine):
         self.dp_group = self.mesh["dp"].get_group()
         self.pp_group = self.mesh["pp"].get_group()
         parts = decoder_parts(model)
+        if layout.pp_size > 1 and getattr(parts.config, "tie_word_embeddings", False):
+            raise ValueError(f"pp_size={layout.pp_size}: this model ties its input and output embeddings, which "
+                             f"would live on different pipeline stages. Use tp_size, or strategy=fsdp.")
         full = model.state_dict()
         self._full_meta = {name: (tuple(t.shape), t.dtype) for name, t in full.items()}
         ranges = stage_layer_ranges(parts.config.num_hidden_layers, layout.pp_size)
