@@ -13,6 +13,7 @@ import math
 from typing import TYPE_CHECKING, Any, Callable
 
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 
@@ -47,14 +48,10 @@ class TrainEngine:
     # -- data layout: which rows this rank gets, and whether the driver gathers its results ----------
     @property
     def dp_rank(self) -> int:
-        import torch.distributed as dist
-
         return dist.get_rank() if dist.is_initialized() else 0
 
     @property
     def dp_size(self) -> int:
-        import torch.distributed as dist
-
         return dist.get_world_size() if dist.is_initialized() else 1
 
     @property

@@ -13,6 +13,7 @@ from hybridrl.config.loader import load_config
 from hybridrl.models.tiny import ensure_tiny_model
 from hybridrl.parallel.launch import run_ranks
 from hybridrl.protocol import Batch
+from tests.parallel.test_fsdp_parity import BF16_MEAN_TOL, BF16_TOL, _close
 
 B, P, R = 16, 5, 4  # sequences, prompt tokens (left-padded), response tokens (right-padded)
 
@@ -119,12 +120,6 @@ def train_on_rank(rank: int, world_size: int, model_path: str, out_dir: str, lay
                    f"{out_dir}/result_dp{dp_rank}.pt")
 
 
-def _close(a: dict, b: dict, rtol: float = 1e-5, atol: float = 1e-6) -> None:
-    assert a.keys() == b.keys()
-    for k in a:
-        torch.testing.assert_close(a[k], b[k], rtol=rtol, atol=atol, msg=lambda m: f"{k}: {m}")
-
-
 @pytest.fixture(scope="module")
 def tiny_and_reference(tmp_path_factory):
     """The tiny model (4 heads, 2 KV heads, 4 layers) and its single-process training run."""
@@ -169,8 +164,6 @@ def test_megatron_matches_single_process(tmp_path, tiny_and_reference, world, la
 def test_megatron_bf16_stays_close_to_fp32(tmp_path, tiny_and_reference):
     """bf16 autocast under tp=2 + sequence parallel, against the fp32 single process: within the bf16
     bound of the FSDP parity tests (2 x lr x steps per weight, small mean; docs/TUNING.md)."""
-    from tests.parallel.test_fsdp_parity import BF16_MEAN_TOL, BF16_TOL
-
     model_path, single = tiny_and_reference
     run_ranks(train_on_rank, 2, model_path, str(tmp_path),
               megatron(tp=2, sp=True) + ("actor_rollout_ref.actor.precision=bf16",))
