@@ -26,12 +26,9 @@ CLIENT_PORT="${CLIENT_PORT:-10001}"
 NUM_CPUS="${NUM_CPUS:-$(nproc)}"
 HEAD_NUM_GPUS="${HEAD_NUM_GPUS:-0}"
 HEAD_LABEL="${HEAD_LABEL:-head}"
-SPILL_DIR="${SPILL_DIR:-}"
-NODE_IP="${NODE_IP:-}"
-RAY_BLOCK="${RAY_BLOCK:-0}"
 
-# shellcheck source=examples/cluster/object_store.sh
-source "$(dirname "${BASH_SOURCE[0]}")/object_store.sh"
+# shellcheck source=examples/cluster/ray_node.sh
+source "$(dirname "${BASH_SOURCE[0]}")/ray_node.sh"
 
 args=(
     --head
@@ -42,11 +39,5 @@ args=(
     --resources="{\"${HEAD_LABEL}\": 1}"
     --num-cpus="${NUM_CPUS}"
     --num-gpus="${HEAD_NUM_GPUS}"
-    --object-store-memory="${OBJECT_STORE_MEMORY}"
 )
-[[ -n "${SPILL_DIR}" ]] && args+=(--object-spilling-directory="${SPILL_DIR}")
-[[ -n "${NODE_IP}" ]] && args+=(--node-ip-address="${NODE_IP}")
-[[ "${RAY_BLOCK}" == "1" ]] && args+=(--block)
-
-echo "+ ray start ${args[*]}"
-ray start "${args[@]}"
+ray_start "${args[@]}"

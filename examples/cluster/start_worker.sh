@@ -39,12 +39,9 @@ GPU_GROUP_LABEL="${GPU_GROUP_LABEL-gpu_group}"
 GPU_GROUP_COUNT="${GPU_GROUP_COUNT:-${NUM_GPUS}}"
 CPU_LABEL="${CPU_LABEL:-}"
 CPU_LABEL_COUNT="${CPU_LABEL_COUNT:-1}"
-SPILL_DIR="${SPILL_DIR:-}"
-NODE_IP="${NODE_IP:-}"
-RAY_BLOCK="${RAY_BLOCK:-0}"
 
-# shellcheck source=examples/cluster/object_store.sh
-source "$(dirname "${BASH_SOURCE[0]}")/object_store.sh"
+# shellcheck source=examples/cluster/ray_node.sh
+source "$(dirname "${BASH_SOURCE[0]}")/ray_node.sh"
 
 # Custom resources, as JSON: {"worker": 1, "gpu_group": 8} on the seed's GPU nodes.
 resources="\"${WORKER_LABEL}\": 1"
@@ -60,11 +57,5 @@ args=(
     --resources="{${resources}}"
     --num-cpus="${NUM_CPUS}"
     --num-gpus="${NUM_GPUS}"
-    --object-store-memory="${OBJECT_STORE_MEMORY}"
 )
-[[ -n "${SPILL_DIR}" ]] && args+=(--object-spilling-directory="${SPILL_DIR}")
-[[ -n "${NODE_IP}" ]] && args+=(--node-ip-address="${NODE_IP}")
-[[ "${RAY_BLOCK}" == "1" ]] && args+=(--block)
-
-echo "+ ray start ${args[*]}"
-ray start "${args[@]}"
+ray_start "${args[@]}"

@@ -140,7 +140,8 @@ class WorkerGroup:
         layout = self.dp_layout(role, method)
         shards = batch.split(layout[0][1])
         refs = [a.call.remote(role, method, shards[dp]) for a, (dp, _, _) in zip(self.actors, layout)]
-        results = self._gather(refs, f"{role}.{method}", batch.nbytes())
+        sent = sum(shards[dp].nbytes() for dp, _, _ in layout)  # replica peers each receive the shard
+        results = self._gather(refs, f"{role}.{method}", sent)
         collected = sorted((dp, r) for r, (dp, _, collects) in zip(results, layout) if collects)
         return [r for _, r in collected]
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from hybridrl.config.roles import ROLE_SECTIONS
 from hybridrl.config.schema import CHOICES, ROLES, TRACKERS
 
 logger = logging.getLogger(__name__)
@@ -253,24 +254,22 @@ def _check_data_and_rewards(cfg: DictConfig) -> None:
         _fail("trainer.val_generations_to_log must be >= 0.")
 
 
-STRATEGY_SECTIONS = {"actor_rollout": "actor_rollout_ref.actor", "ref": "actor_rollout_ref.actor",
-                     "critic": "critic", "reward_model": "reward_model"}
-
-
 def _pp_microbatches(section: DictConfig) -> int | None:
     megatron = section.parallel_config.megatron
     return megatron.pp_microbatches if section.strategy == "megatron" and megatron.pp_size > 1 else None
 
 
 def model_shape(cfg: DictConfig, role: str) -> dict[str, Any] | None:
-    """Heads, key/value heads, layers and embedding tying of the model a role trains (None when its
-    directory has no readable config; the model loader reports that)."""
+    """What ``megatron_fit_errors`` needs to know of the model a role trains: heads, key/value heads,
+    layers, embedding tying, tensor-parallel plan (None when its directory has no readable config; the
+    model loader reports that)."""
     model = cfg.actor_rollout_ref.model
     path = (cfg.critic.model.path if role == "critic" else None) or model.path
     if path is None:
         tiny = model.tiny
         return {"num_heads": tiny.num_attention_heads, "num_kv_heads": tiny.num_key_value_heads,
-                "num_layers": tiny.num_hidden_layers, "tied": False, "tp_plan": True, "model_type": "qwen2"}
+                "num_layers": tiny.num_hidden_layers, "tied_embeddings": False, "has_tp_plan": True,
+                "model_type": "qwen2"}
     config_file = Path(path) / "config.json"
     if not config_file.is_file():
         return None
@@ -280,8 +279,9 @@ def model_shape(cfg: DictConfig, role: str) -> dict[str, Any] | None:
     config = getattr(config, "text_config", None) or config
     heads = config.num_attention_heads
     return {"num_heads": heads, "num_kv_heads": getattr(config, "num_key_value_heads", None) or heads,
-            "num_layers": config.num_hidden_layers, "tied": bool(getattr(config, "tie_word_embeddings", False)),
-            "tp_plan": bool(getattr(config, "base_model_tp_plan", None)), "model_type": config.model_type}
+            "num_layers": config.num_hidden_layers,
+            "tied_embeddings": bool(getattr(config, "tie_word_embeddings", False)),
+            "has_tp_plan": bool(getattr(config, "base_model_tp_plan", None)), "model_type": config.model_type}
 
 
 def _check_megatron(cfg: DictConfig, workers: dict[str, int]) -> dict[str, int]:
@@ -289,33 +289,31 @@ def _check_megatron(cfg: DictConfig, workers: dict[str, int]) -> dict[str, int]:
     from hybridrl.parallel.megatron import megatron_fit_errors
 
     replicas = dict(workers)
+    shapes: dict[str, dict[str, Any] | None] = {}  # actor and ref read the same model once
     for role, count in workers.items():
-        section = OmegaConf.select(cfg, STRATEGY_SECTIONS[role])
+        section = OmegaConf.select(cfg, ROLE_SECTIONS[role])
         if role == "reward_model" or section.strategy != "megatron":
             continue
         megatron = section.parallel_config.megatron
-        shape = model_shape(cfg, role)
+        model_role = "critic" if role == "critic" else "actor"
+        if model_role not in shapes:
+            shapes[model_role] = model_shape(cfg, role)
+        shape = shapes[model_role]
         if shape is None:
             continue
-        errors = megatron_fit_errors(STRATEGY_SECTIONS[role], workers=count, tp_size=megatron.tp_size,
-                                     pp_size=megatron.pp_size, num_heads=shape["num_heads"],
-                                     num_kv_heads=shape["num_kv_heads"], num_layers=shape["num_layers"],
-                                     tied_embeddings=shape["tied"])
-        if megatron.tp_size > 1 and not shape["tp_plan"]:
-            errors.append(f"{STRATEGY_SECTIONS[role]}.parallel_config.megatron.tp_size={megatron.tp_size}: the "
-                          f"'{shape['model_type']}' model declares no tensor-parallel plan (base_model_tp_plan); "
-                          f"use tp_size=1 or strategy=fsdp for it.")
+        errors = megatron_fit_errors(ROLE_SECTIONS[role], workers=count, tp_size=megatron.tp_size,
+                                     pp_size=megatron.pp_size, **shape)
         if errors:
             _fail(" ".join(errors) + f" (role '{role}')")
         if megatron.sequence_parallel and megatron.tp_size == 1:
             logger.warning("%s.parallel_config.megatron.sequence_parallel=true has no effect with tp_size=1.",
-                           STRATEGY_SECTIONS[role])
+                           ROLE_SECTIONS[role])
         replicas[role] = count // (megatron.tp_size * megatron.pp_size)
     return replicas
 
 
 def _check_sharding(cfg: DictConfig, workers: dict[str, int]) -> None:
-    sections = STRATEGY_SECTIONS
+    sections = ROLE_SECTIONS
     for role, count in workers.items():
         fsdp = OmegaConf.select(cfg, f"{sections[role]}.fsdp")
         group = fsdp.shard_group_size

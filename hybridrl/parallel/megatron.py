@@ -20,9 +20,6 @@ from typing import Any
 
 from hybridrl.models.decoder_stage import DecoderParts
 
-PIPELINE_SCHEDULES = ("1F1B", "GPipe")
-
-
 @dataclass(frozen=True)
 class MegatronLayout:
     """Where one rank sits in the (pp, dp, tp) grid."""
@@ -63,7 +60,8 @@ class MegatronLayout:
 
 
 def megatron_fit_errors(role: str, *, workers: int, tp_size: int, pp_size: int, num_heads: int,
-                        num_kv_heads: int, num_layers: int, tied_embeddings: bool = False) -> list[str]:
+                        num_kv_heads: int, num_layers: int, tied_embeddings: bool = False,
+                        has_tp_plan: bool = True, model_type: str = "") -> list[str]:
     """Why this tp/pp layout cannot run this model on ``workers`` ranks (empty when it can)."""
     errors = []
     key = f"{role}.parallel_config.megatron"
@@ -79,6 +77,9 @@ def megatron_fit_errors(role: str, *, workers: int, tp_size: int, pp_size: int, 
     if workers % (tp_size * pp_size):
         errors.append(f"{role}: tp_size x pp_size = {tp_size} x {pp_size} = {tp_size * pp_size} must divide the "
                       f"role's {workers} workers (dp x tp x pp = workers). Resize the pool or the layout.")
+    if tp_size > 1 and not has_tp_plan:
+        errors.append(f"{key}.tp_size={tp_size}: the '{model_type}' model declares no tensor-parallel plan "
+                      f"(base_model_tp_plan); use tp_size=1 or strategy=fsdp for it.")
     if tied_embeddings and pp_size > 1:
         errors.append(f"{key}.pp_size={pp_size}: the model ties its input and output embeddings, which would "
                       f"live on different pipeline stages; pipeline parallel supports untied models only. "

@@ -37,6 +37,16 @@ def _local(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.to_local() if _is_dtensor(tensor) else tensor
 
 
+def _stage_of(name: str, ranges: list[range]) -> int:
+    """The pipeline stage that owns parameter ``name``: its layer's stage; the embedding on the first
+    stage; the final norm and head on the last."""
+    match = _LAYER.search(name)
+    if match:
+        layer = int(match.group(1))
+        return next(s for s, r in enumerate(ranges) if layer in r)
+    return 0 if "embed_tokens" in name else len(ranges) - 1
+
+
 class _PipelineCall:
     """The last stage's per-micro-batch function for one pipeline pass: ``fn(output, rows)`` where the
     schedule's target is the row indices of the micro-batch, so the loss can use any column of the batch."""
@@ -77,7 +87,7 @@ class MegatronEngine(TrainEngine):
         full = model.state_dict()
         self._full_meta = {name: (tuple(t.shape), t.dtype) for name, t in full.items()}
         ranges = stage_layer_ranges(parts.config.num_hidden_layers, layout.pp_size)
-        self._stage_names = [[n for n in full if self._stage_of(n, ranges) == s] for s in range(layout.pp_size)]
+        self._stage_names = [[n for n in full if _stage_of(n, ranges) == s] for s in range(layout.pp_size)]
         del full
         keep_stage(parts, ranges[layout.pp_rank], layout.is_first_stage, layout.is_last_stage)
         model = model.to(device)
@@ -105,13 +115,6 @@ class MegatronEngine(TrainEngine):
     @property
     def collects(self) -> bool:
         return self.layout.collects
-
-    def _stage_of(self, name: str, ranges: list[range]) -> int:
-        match = _LAYER.search(name)
-        if match:
-            layer = int(match.group(1))
-            return next(s for s, r in enumerate(ranges) if layer in r)
-        return 0 if "embed_tokens" in name else len(ranges) - 1
 
     # -- forward / backward --------------------------------------------------------------------
     def _pad_sequence(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

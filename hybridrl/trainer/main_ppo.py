@@ -36,16 +36,15 @@ def prepare_model(cfg: DictConfig, output_dir: Path) -> tuple[str, str]:
 
 def describe_strategy(cfg: DictConfig, role: str, workers: int) -> str:
     """One line for the log: the role's strategy and layout."""
-    section = {"actor_rollout": cfg.actor_rollout_ref.actor, "ref": cfg.actor_rollout_ref.actor,
-               "critic": cfg.critic}.get(role)
-    if section is None:  # the reward model: always FSDP
-        return f"fsdp {cfg.reward_model.fsdp.sharding_strategy}"
-    if section.strategy == "megatron":
+    from hybridrl.config.roles import ROLE_SECTIONS
+
+    section = OmegaConf.select(cfg, ROLE_SECTIONS[role])
+    if section.get("strategy") == "megatron":
         m = section.parallel_config.megatron
         layout = f"megatron tp={m.tp_size} pp={m.pp_size} dp={workers // (m.tp_size * m.pp_size)}"
         return layout + (" sequence-parallel" if m.sequence_parallel and m.tp_size > 1 else "") + \
             (f" {m.pp_schedule}" if m.pp_size > 1 else "")
-    return f"fsdp {section.fsdp.sharding_strategy}"
+    return f"fsdp {section.fsdp.sharding_strategy}"  # the reward model is always FSDP
 
 
 def build_groups(cfg: DictConfig, manager: Any, model_path: str, tokenizer_path: str,
