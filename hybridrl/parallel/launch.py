@@ -9,23 +9,22 @@ from typing import Any, Callable
 
 import torch.multiprocessing as mp
 
-from hybridrl.parallel.dist import free_port
+from hybridrl.parallel.dist import destroy_process_group, free_port, init_process_group
 
 
 def _entry(rank: int, fn: Callable[..., Any], world_size: int, port: int, args: tuple) -> None:
     import torch
     import torch.distributed as dist
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size))
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    init_process_group(rank, world_size, "127.0.0.1", port, torch.device("cpu"))
     fn(rank, world_size, *args)
     # Success only: a failed rank skips the teardown (its peers may still sit in a collective, and
     # destroying the group under them can hang), raises, and the launcher ends the others.
     # The barrier keeps any rank from closing its gloo pairs, or rank 0 its TCPStore, while a peer
     # still uses them.
     dist.barrier()
-    dist.destroy_process_group()
+    destroy_process_group()
     # Leave without interpreter finalisation: it tears down gloo's and the store's C++ threads in an
     # unordered way that, rarely, aborts a rank whose work was complete ("terminate called without an
     # active exception", seen once in CI on torch 2.13). Everything the rank produced is written.
