@@ -23,11 +23,22 @@ import torch
 from hybridrl.parallel.launch import run_ranks
 
 # (ranks, strategy, HYBRID_SHARD group or Megatron (tp, pp, sequence_parallel))
-CASES = [(2, "FULL_SHARD", None), (2, "SHARD_GRAD_OP", None), (2, "NO_SHARD", None),
-         (2, "megatron", (2, 1, False)), (2, "megatron", (2, 1, True)), (2, "megatron", (1, 2, False)),
-         (4, "FULL_SHARD", None), (4, "SHARD_GRAD_OP", None), (4, "NO_SHARD", None), (4, "HYBRID_SHARD", 2),
-         (4, "megatron", (2, 1, True)), (4, "megatron", (4, 1, True)), (4, "megatron", (2, 2, True)),
-         (4, "megatron", (1, 4, False))]
+CASES = [
+    (2, "FULL_SHARD", None),
+    (2, "SHARD_GRAD_OP", None),
+    (2, "NO_SHARD", None),
+    (2, "megatron", (2, 1, False)),
+    (2, "megatron", (2, 1, True)),
+    (2, "megatron", (1, 2, False)),
+    (4, "FULL_SHARD", None),
+    (4, "SHARD_GRAD_OP", None),
+    (4, "NO_SHARD", None),
+    (4, "HYBRID_SHARD", 2),
+    (4, "megatron", (2, 1, True)),
+    (4, "megatron", (4, 1, True)),
+    (4, "megatron", (2, 2, True)),
+    (4, "megatron", (1, 4, False)),
+]
 MICRO = 4  # micro-batches per data-parallel replica per step (the pipeline's micro-batches)
 
 
@@ -45,8 +56,9 @@ def comm_bytes_per_rank(params: int, world: int, strategy: str, group: int | Non
     return gathers * gather + scatter + allreduce
 
 
-def megatron_comm_bytes_per_rank(params: int, act: float, layers: int, tp: int, pp: int, dp: int,
-                                 bytes_per: int = 4) -> float:
+def megatron_comm_bytes_per_rank(
+    params: int, act: float, layers: int, tp: int, pp: int, dp: int, bytes_per: int = 4
+) -> float:
     """Bytes a rank sends per step: tensor parallel's 4 all-reduces per layer of the replica's activations
     ``act`` (2 forward, 2 backward; sequence parallel's all-gather + reduce-scatter move the same), the
     pipeline's activations forward and gradients backward across each stage boundary, and the
@@ -66,21 +78,36 @@ def build_engine(world: int, model_dir: str, strategy: str, option) -> object:
 
     mesh = init_device_mesh("cpu", (world,))
     optim = OmegaConf.create({"lr": 1e-4, "betas": [0.9, 0.99], "weight_decay": 0.0, "eps": 1e-8})
-    fsdp = OmegaConf.create({"sharding_strategy": "FULL_SHARD" if strategy == "megatron" else strategy,
-                             "shard_group_size": option if strategy == "HYBRID_SHARD" else None,
-                             "mixed_precision": False, "cpu_offload": False, "limit_all_gathers": True})
+    fsdp = OmegaConf.create(
+        {
+            "sharding_strategy": "FULL_SHARD" if strategy == "megatron" else strategy,
+            "shard_group_size": option if strategy == "HYBRID_SHARD" else None,
+            "mixed_precision": False,
+            "cpu_offload": False,
+            "limit_all_gathers": True,
+        }
+    )
     megatron = None
     if strategy == "megatron":
         tp, pp, sp = option
-        megatron = OmegaConf.create({"tp_size": tp, "pp_size": pp, "sequence_parallel": sp,
-                                     "pp_schedule": "1F1B", "pp_microbatches": None})
-    return make_engine("megatron" if strategy == "megatron" else "fsdp", load_causal_lm(model_dir), mesh=mesh,
-                       device=torch.device("cpu"), strategy_cfg=fsdp, precision="fp32", optim_cfg=optim,
-                       megatron_cfg=megatron)
+        megatron = OmegaConf.create(
+            {"tp_size": tp, "pp_size": pp, "sequence_parallel": sp, "pp_schedule": "1F1B", "pp_microbatches": None}
+        )
+    return make_engine(
+        "megatron" if strategy == "megatron" else "fsdp",
+        load_causal_lm(model_dir),
+        mesh=mesh,
+        device=torch.device("cpu"),
+        strategy_cfg=fsdp,
+        precision="fp32",
+        optim_cfg=optim,
+        megatron_cfg=megatron,
+    )
 
 
-def worker(rank: int, world: int, model_dir: str, strategy: str, option, steps: int,
-           batch: int, seq: int, out: str) -> None:
+def worker(
+    rank: int, world: int, model_dir: str, strategy: str, option, steps: int, batch: int, seq: int, out: str
+) -> None:
     from hybridrl.protocol import Batch
 
     torch.manual_seed(0)
@@ -88,13 +115,17 @@ def worker(rank: int, world: int, model_dir: str, strategy: str, option, steps: 
     vocab = engine.model.config.vocab_size
     rows = batch // engine.dp_size
     ids = torch.randint(0, vocab, (rows, seq), generator=torch.Generator().manual_seed(engine.dp_rank))
-    data = Batch.from_dict(tensors={"input_ids": ids, "attention_mask": torch.ones_like(ids),
-                                    "position_ids": torch.arange(seq).expand(rows, -1).clone()})
+    data = Batch.from_dict(
+        tensors={
+            "input_ids": ids,
+            "attention_mask": torch.ones_like(ids),
+            "position_ids": torch.arange(seq).expand(rows, -1).clone(),
+        }
+    )
 
     def loss_fn(logits: torch.Tensor, mb: Batch) -> tuple[torch.Tensor, dict]:
         targets = mb.tensors["input_ids"][:, 1:]
-        return torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]),
-                                                 targets.reshape(-1)), {}
+        return torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), targets.reshape(-1)), {}
 
     times = []
     for _ in range(steps):
@@ -115,16 +146,24 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=16, help="global sequences per step")
     parser.add_argument("--seq", type=int, default=128)
     args = parser.parse_args()
-    from hybridrl.models.tiny import ensure_tiny_model
     from hybridrl.models.loader import load_causal_lm
+    from hybridrl.models.tiny import ensure_tiny_model
 
     with tempfile.TemporaryDirectory() as tmp:
-        model_dir = ensure_tiny_model(Path(tmp) / "model", hidden_size=args.hidden, num_hidden_layers=args.layers,
-                                      num_attention_heads=8, num_key_value_heads=4, intermediate_size=4 * args.hidden,
-                                      seed=0)
+        model_dir = ensure_tiny_model(
+            Path(tmp) / "model",
+            hidden_size=args.hidden,
+            num_hidden_layers=args.layers,
+            num_attention_heads=8,
+            num_key_value_heads=4,
+            intermediate_size=4 * args.hidden,
+            seed=0,
+        )
         params = sum(p.numel() for p in load_causal_lm(model_dir).parameters())
-        print(f"model: {params / 1e6:.2f}M parameters, {args.layers} layers, hidden {args.hidden}; "
-              f"global batch {args.batch} x {args.seq} tokens; {args.steps} steps, first left out")
+        print(
+            f"model: {params / 1e6:.2f}M parameters, {args.layers} layers, hidden {args.hidden}; "
+            f"global batch {args.batch} x {args.seq} tokens; {args.steps} steps, first left out"
+        )
         print(f"{'ranks':>5}  {'strategy':<26}{'step s':>8}{'peak GB/rank':>14}{'sent MB/rank/step (est.)':>26}")
         for index, (world, strategy, option) in enumerate(CASES):
             out = Path(tmp) / f"case{index}"

@@ -25,10 +25,17 @@ def main() -> None:
     args = parser.parse_args()
     setup_logging()
     with tempfile.TemporaryDirectory() as out:
-        cfg = load_config([f"trainer.total_steps={args.steps}", "trainer.progress_bar=false",
-                           "trainer.logger=[jsonl]", "trainer.save_hf=false", f"trainer.output_dir={out}",
-                           *args.overrides])
-        history = run(cfg)["history"][args.warmup:]
+        cfg = load_config(
+            [
+                f"trainer.total_steps={args.steps}",
+                "trainer.progress_bar=false",
+                "trainer.logger=[jsonl]",
+                "trainer.save_hf=false",
+                f"trainer.output_dir={out}",
+                *args.overrides,
+            ]
+        )
+        history = run(cfg)["history"][args.warmup :]
     if not history:
         raise SystemExit(f"--steps ({args.steps}) must exceed --warmup ({args.warmup})")
 
@@ -38,12 +45,16 @@ def main() -> None:
     step = mean("timing_s/step")
     gen_tokens = sum(m["perf/gen_tokens_per_s"] * m["timing_s/step"] for m in history) / len(history)
     sequences = cfg.data.train_batch_size * cfg.actor_rollout_ref.rollout.n
-    print(f"\nworkload: {sequences} sequences/step ({cfg.data.train_batch_size} prompts x "
-          f"{cfg.actor_rollout_ref.rollout.n}), max {cfg.data.max_response_length} new tokens, "
-          f"{len(history)} measured steps after {args.warmup} warm-up")
+    print(
+        f"\nworkload: {sequences} sequences/step ({cfg.data.train_batch_size} prompts x "
+        f"{cfg.actor_rollout_ref.rollout.n}), max {cfg.data.max_response_length} new tokens, "
+        f"{len(history)} measured steps after {args.warmup} warm-up"
+    )
     print(f"step time            {step:8.3f} s")
-    print(f"generated tokens/s   {gen_tokens / step:8.0f}  (per step time)   "
-          f"{gen_tokens / mean('timing_s/gen'):8.0f}  (per generation time)")
+    print(
+        f"generated tokens/s   {gen_tokens / step:8.0f}  (per step time)   "
+        f"{gen_tokens / mean('timing_s/gen'):8.0f}  (per generation time)"
+    )
     print(f"throughput           {mean('perf/throughput'):8.0f}  tokens/s per worker (prompt + response)")
     print(f"\n{'phase':<20}{'seconds':>10}{'% of step':>12}")
     for phase in PHASES:

@@ -69,7 +69,7 @@ def _values_equal(a: Any, b: Any) -> bool:
         return type(a) is type(b) and len(a) == len(b) and all(map(_values_equal, a, b))
     try:
         return bool(a == b)
-    except Exception:  # noqa: BLE001 - objects whose == is not a plain bool
+    except Exception:  # objects whose == is not a plain bool
         return False
 
 
@@ -161,8 +161,10 @@ class Batch:
         return key in self.tensors.keys() or key in self.non_tensors
 
     def __repr__(self) -> str:
-        return (f"Batch(len={len(self)}, tensors={list(self.tensors.keys())}, "
-                f"non_tensors={list(self.non_tensors)}, meta={list(self.meta)})")
+        return (
+            f"Batch(len={len(self)}, tensors={list(self.tensors.keys())}, "
+            f"non_tensors={list(self.non_tensors)}, meta={list(self.meta)})"
+        )
 
     def __getitem__(self, idx: Index) -> Batch:
         """Select rows (slice, int list/array/LongTensor or bool mask); meta is shallow-copied."""
@@ -173,7 +175,9 @@ class Batch:
 
     def nbytes(self) -> int:
         """Bytes of the tensor columns (what dominates a transfer; non-tensor columns are not counted)."""
-        return int(sum(t.numel() * t.element_size() for t in self.tensors.values(include_nested=True, leaves_only=True)))
+        return int(
+            sum(t.numel() * t.element_size() for t in self.tensors.values(include_nested=True, leaves_only=True))
+        )
 
     def to(self, device: torch.device | str) -> Batch:
         """Move tensors to ``device``; non-tensors stay host-side Python objects."""
@@ -185,10 +189,12 @@ class Batch:
         if n_chunks <= 0:
             raise ValueError(f"n_chunks must be positive, got {n_chunks}")
         if len(self) % n_chunks:
-            raise ValueError(f"batch of length {len(self)} cannot be split into {n_chunks} equal chunks; "
-                             f"call pad_to_divisor({n_chunks}) first and unpad() afterwards")
+            raise ValueError(
+                f"batch of length {len(self)} cannot be split into {n_chunks} equal chunks; "
+                f"call pad_to_divisor({n_chunks}) first and unpad() afterwards"
+            )
         c = len(self) // n_chunks
-        return [self[i * c:(i + 1) * c] for i in range(n_chunks)]
+        return [self[i * c : (i + 1) * c] for i in range(n_chunks)]
 
     def minibatches(self, size: int) -> list[Batch]:
         """Consecutive chunks of exactly ``size`` rows (e.g. PPO minibatches)."""
@@ -196,7 +202,7 @@ class Batch:
             raise ValueError(f"minibatch size must be positive, got {size}")
         if len(self) % size:
             raise ValueError(f"batch of length {len(self)} is not divisible by minibatch size {size}")
-        return [self[i:i + size] for i in range(0, len(self), size)]
+        return [self[i : i + size] for i in range(0, len(self), size)]
 
     @staticmethod
     def concat(batches: Sequence[Batch]) -> Batch:
@@ -247,7 +253,7 @@ class Batch:
         """Drop the last ``pad`` rows added by :meth:`pad_to_divisor`."""
         if not 0 <= pad <= len(self):
             raise ValueError(f"pad must be in [0, {len(self)}], got {pad}")
-        return self if pad == 0 else self[:len(self) - pad]
+        return self if pad == 0 else self[: len(self) - pad]
 
     def shuffle(self, generator: torch.Generator) -> Batch:
         """Return a row-permuted copy; the same generator state gives the same permutation."""
@@ -294,9 +300,11 @@ class Batch:
         """Merge ``other``'s keys into ``self`` (in place) and return ``self``; equal duplicates are fine."""
         if len(other) != len(self):
             raise ValueError(f"cannot union batches of length {len(self)} and {len(other)}")
-        for kind, mine, theirs in (("tensor", self.tensors, other.tensors),
-                                   ("non-tensor", self.non_tensors, other.non_tensors),
-                                   ("meta", self.meta, other.meta)):
+        for kind, mine, theirs in (
+            ("tensor", self.tensors, other.tensors),
+            ("non-tensor", self.non_tensors, other.non_tensors),
+            ("meta", self.meta, other.meta),
+        ):
             for k in theirs.keys():
                 if k in mine.keys() and not _values_equal(mine[k], theirs[k]):
                     raise ValueError(f"{kind} key {k!r} exists in both batches with different values")

@@ -30,23 +30,40 @@ def free_port() -> int:
 def main() -> int:
     out = Path(sys.argv[1] if len(sys.argv) > 1 else "outputs/hybridrl/job_demo").resolve()
     port = free_port()
-    cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 1, "resources": {"head": 1}, "include_dashboard": True, "dashboard_port": port})
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 1, "resources": {"head": 1}, "include_dashboard": True, "dashboard_port": port},
+    )
     try:
         actor = cluster.add_node(num_cpus=2, resources={"worker": 1, "actor_group": 2})
         critic = cluster.add_node(num_cpus=1, resources={"worker": 1, "critic_group": 1})
         cluster.wait_for_nodes()
         print(f"cluster {cluster.address}: actor node {actor.node_id[:8]}, critic node {critic.node_id[:8]}")
         ray_cli = shutil.which("ray", path=str(Path(sys.executable).parent)) or "ray"
-        cmd = [ray_cli, "job", "submit", "--address", f"http://127.0.0.1:{port}", "--",
-               sys.executable, "-m", "hybridrl.trainer.main_ppo", "trainer.ray.address=auto",
-               f"trainer.output_dir={out}", "trainer.total_steps=3", "trainer.progress_bar=false",
-               "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-               "critic.ppo_mini_batch_size=4", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
-               "critic.ppo_micro_batch_size_per_gpu=16",
-               "resource_pool.pools={actor_pool: {GPU: 2, actor_group: 2}, critic_pool: {GPU: 1, critic_group: 1}}",
-               "resource_pool.mapping.actor_rollout=actor_pool", "resource_pool.mapping.ref=actor_pool",
-               "resource_pool.mapping.critic=critic_pool"]
+        cmd = [
+            ray_cli,
+            "job",
+            "submit",
+            "--address",
+            f"http://127.0.0.1:{port}",
+            "--",
+            sys.executable,
+            "-m",
+            "hybridrl.trainer.main_ppo",
+            "trainer.ray.address=auto",
+            f"trainer.output_dir={out}",
+            "trainer.total_steps=3",
+            "trainer.progress_bar=false",
+            "data.train_batch_size=4",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+            "critic.ppo_mini_batch_size=4",
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
+            "critic.ppo_micro_batch_size_per_gpu=16",
+            "resource_pool.pools={actor_pool: {GPU: 2, actor_group: 2}, critic_pool: {GPU: 1, critic_group: 1}}",
+            "resource_pool.mapping.actor_rollout=actor_pool",
+            "resource_pool.mapping.ref=actor_pool",
+            "resource_pool.mapping.critic=critic_pool",
+        ]
         print("$", " ".join(cmd))
         for _ in range(30):  # the head's job agent may still be starting: Ray says "try again later"
             proc = subprocess.run(cmd, capture_output=True, text=True)

@@ -29,7 +29,7 @@ try:
 except ImportError:  # run from a checkout without installing
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from hybridrl.rewards.gsm8k import extract_solution  # noqa: E402
+from hybridrl.rewards.gsm8k import extract_solution
 
 DATA_SOURCE = "openai/gsm8k"
 HUB_NAME, HUB_CONFIG = "openai/gsm8k", "main"
@@ -47,8 +47,10 @@ def convert_row(row: dict[str, Any], index: int, split: str) -> dict[str, Any]:
         raise ValueError(f"Row {index}: expected an object with 'question' and 'answer', got {row!r:.80}.")
     for key in ("question", "answer"):
         if not isinstance(row.get(key), str):
-            raise ValueError(f"Row {index}: needs a string {key!r} (GSM8K rows have 'question' and "
-                             f"'answer'), got keys {sorted(row)}.")
+            raise ValueError(
+                f"Row {index}: needs a string {key!r} (GSM8K rows have 'question' and "
+                f"'answer'), got keys {sorted(row)}."
+            )
     question, answer = row["question"], row["answer"]
     ground_truth = extract_answer(answer)
     if ground_truth is None:
@@ -95,8 +97,10 @@ def read_rows(path: str) -> list[dict[str, Any]]:
 
 def load_cached_split(name: str, config: str | None, split: str) -> list[dict[str, Any]]:
     """The split from the local ``datasets`` cache, never downloading; exit saying what to do."""
-    hint = (f"pass --input with a local .json/.jsonl/.parquet file of {name}'s {split!r} split "
-            f"(e.g. exported with datasets' to_json on a machine with network access).")
+    hint = (
+        f"pass --input with a local .json/.jsonl/.parquet file of {name}'s {split!r} split "
+        f"(e.g. exported with datasets' to_json on a machine with network access)."
+    )
     if importlib.util.find_spec("datasets") is None:
         raise SystemExit(f"No --input given and the `datasets` package is not installed: {hint}")
     os.environ["HF_DATASETS_OFFLINE"] = "1"  # cache only: this must never reach the network
@@ -108,8 +112,10 @@ def load_cached_split(name: str, config: str | None, split: str) -> list[dict[st
     try:
         ds = datasets.load_dataset(name, config, split=split, download_mode="reuse_cache_if_exists")
     except Exception as exc:
-        raise SystemExit(f"No --input given and {name} ({split!r}) is not in the local datasets cache "
-                         f"({type(exc).__name__}: {exc}): {hint}") from None
+        raise SystemExit(
+            f"No --input given and {name} ({split!r}) is not in the local datasets cache "
+            f"({type(exc).__name__}: {exc}): {hint}"
+        ) from None
     return list(ds)
 
 
@@ -124,8 +130,15 @@ def write_parquet(rows: list[dict[str, Any]], output_dir: str, split: str) -> Pa
     return path
 
 
-def convert_main(argv: list[str] | None, convert: Any, hub_name: str, hub_config: str | None, what: str,
-                 default_output_dir: str, description: str) -> Path:
+def convert_main(
+    argv: list[str] | None,
+    convert: Any,
+    hub_name: str,
+    hub_config: str | None,
+    what: str,
+    default_output_dir: str,
+    description: str,
+) -> Path:
     """The command line shared by the preprocess scripts: read rows, convert each, write one parquet."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--input", help=f"local .json/.jsonl/.parquet file of {what} rows")

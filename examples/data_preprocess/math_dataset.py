@@ -28,7 +28,7 @@ try:
 except ImportError:  # run from a checkout without installing
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from hybridrl.rewards.math_verify import last_boxed_only_string, remove_boxed  # noqa: E402
+from hybridrl.rewards.math_verify import last_boxed_only_string, remove_boxed
 
 
 def _sibling(name: str):
@@ -59,8 +59,10 @@ def convert_row(row: dict[str, Any], index: int, split: str) -> dict[str, Any]:
         raise ValueError(f"Row {index}: expected an object with 'problem' and 'solution', got {row!r:.80}.")
     for key in ("problem", "solution"):
         if not isinstance(row.get(key), str):
-            raise ValueError(f"Row {index}: needs a string {key!r} (MATH rows have 'problem', 'solution', "
-                             f"'level', 'type'), got keys {sorted(row)}.")
+            raise ValueError(
+                f"Row {index}: needs a string {key!r} (MATH rows have 'problem', 'solution', "
+                f"'level', 'type'), got keys {sorted(row)}."
+            )
     problem, solution = row["problem"], row["solution"]
     ground_truth = extract_answer(solution)
     if ground_truth is None:
@@ -70,8 +72,14 @@ def convert_row(row: dict[str, Any], index: int, split: str) -> dict[str, Any]:
         "prompt": [{"role": "user", "content": problem + " " + INSTRUCTION}],
         "ability": "math",
         "reward_model": {"style": "rule", "ground_truth": ground_truth},
-        "extra_info": {"split": split, "index": index, "question": problem, "answer": solution,
-                       "level": row.get("level"), "type": row.get("type")},
+        "extra_info": {
+            "split": split,
+            "index": index,
+            "question": problem,
+            "answer": solution,
+            "level": row.get("level"),
+            "type": row.get("type"),
+        },
     }
 
 

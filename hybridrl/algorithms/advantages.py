@@ -20,8 +20,9 @@ trainer what else to prepare:
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -93,9 +94,7 @@ def get_adv_estimator(name: str) -> AdvEstimator:
     try:
         return ADV_ESTIMATORS[name]
     except KeyError:
-        raise ValueError(
-            f"unknown advantage estimator {name!r}; valid names: {sorted(ADV_ESTIMATORS)}"
-        ) from None
+        raise ValueError(f"unknown advantage estimator {name!r}; valid names: {sorted(ADV_ESTIMATORS)}") from None
 
 
 def _check_same_shape(**tensors: torch.Tensor) -> None:
@@ -122,9 +121,7 @@ def compute_gae_advantage_return(
     the valid tokens. Both outputs are 0 at padding.
     """
     # token_level_rewards, values, response_mask: [B, T]
-    _check_same_shape(
-        token_level_rewards=token_level_rewards, values=values, response_mask=response_mask
-    )
+    _check_same_shape(token_level_rewards=token_level_rewards, values=values, response_mask=response_mask)
     valid = response_mask.to(token_level_rewards.device).bool()  # [B, T]
     zero = torch.zeros((), dtype=values.dtype, device=values.device)
     rewards = torch.where(valid, token_level_rewards.to(values.dtype), zero)  # [B, T]
@@ -190,14 +187,10 @@ def compute_grpo_outcome_advantage(
     B = scores.shape[0]
     gid = _group_ids(index, B).to(scores.device)  # [B]
     n_groups = int(gid.max().item()) + 1 if B > 0 else 0
-    counts = torch.zeros(n_groups, dtype=dtype, device=scores.device).index_add_(
-        0, gid, torch.ones_like(scores)
-    )  # [G]
+    counts = torch.zeros(n_groups, dtype=dtype, device=scores.device).index_add_(0, gid, torch.ones_like(scores))  # [G]
     sums = torch.zeros(n_groups, dtype=dtype, device=scores.device).index_add_(0, gid, scores)
     mean = sums / counts  # [G]
-    sq = torch.zeros(n_groups, dtype=dtype, device=scores.device).index_add_(
-        0, gid, (scores - mean[gid]) ** 2
-    )  # [G]
+    sq = torch.zeros(n_groups, dtype=dtype, device=scores.device).index_add_(0, gid, (scores - mean[gid]) ** 2)  # [G]
     std = torch.sqrt(sq / (counts - 1).clamp(min=1.0))  # [G], unbiased
     single = counts == 1
     mean = torch.where(single, torch.zeros_like(mean), mean)
@@ -381,9 +374,7 @@ def compute_remax_outcome_advantage(
     _check_same_shape(token_level_rewards=token_level_rewards, response_mask=response_mask)
     B = token_level_rewards.shape[0]
     if tuple(reward_baselines.shape) != (B,):
-        raise ValueError(
-            f"reward_baselines must have shape [B]=({B},), got {tuple(reward_baselines.shape)}"
-        )
+        raise ValueError(f"reward_baselines must have shape [B]=({B},), got {tuple(reward_baselines.shape)}")
     valid = response_mask.to(token_level_rewards.device).bool()  # [B, T]
     dtype = _float_dtype(token_level_rewards)
     zero = torch.zeros((), dtype=dtype, device=token_level_rewards.device)
@@ -428,9 +419,7 @@ def _reinforce_plus_plus_baseline_estimator(
     **_unused: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Registry adapter for REINFORCE++-baseline (only ``index`` is used)."""
-    return compute_reinforce_plus_plus_baseline_outcome_advantage(
-        token_level_rewards, response_mask, index
-    )
+    return compute_reinforce_plus_plus_baseline_outcome_advantage(token_level_rewards, response_mask, index)
 
 
 @register_adv_estimator("remax", needs_critic=False, needs_greedy_baseline=True)

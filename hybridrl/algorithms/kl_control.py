@@ -7,7 +7,8 @@ Ziegler et al. 2019, "Fine-Tuning Language Models from Human Preferences").
 
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import torch
 
@@ -109,9 +110,7 @@ def make_kl_controller(
     try:
         factory = KL_CONTROLLERS[kind]
     except KeyError:
-        raise ValueError(
-            f"unknown kl controller {kind!r}; valid names: {sorted(KL_CONTROLLERS)}"
-        ) from None
+        raise ValueError(f"unknown kl controller {kind!r}; valid names: {sorted(KL_CONTROLLERS)}") from None
     return factory(kl_coef, target_kl, horizon)
 
 

@@ -8,10 +8,9 @@ padding never reaches the loss or its gradient.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
-import torch.nn.functional as F
 
 from hybridrl.algorithms.utils import masked_mean, masked_sum
 
@@ -49,25 +48,19 @@ def _nonempty_rows(loss_mask: torch.Tensor) -> torch.Tensor:
     return (loss_mask.sum(dim=-1) > 0).to(torch.float32)  # [B]
 
 
-def _seq_mean_token_sum(
-    loss_mat: torch.Tensor, loss_mask: torch.Tensor, scale: float | None
-) -> torch.Tensor:
+def _seq_mean_token_sum(loss_mat: torch.Tensor, loss_mask: torch.Tensor, scale: float | None) -> torch.Tensor:
     # Each sequence contributes its summed token loss; mean over non-empty rows.
     seq_losses = masked_sum(loss_mat, loss_mask, dim=-1)  # [B]
     return masked_mean(seq_losses, _nonempty_rows(loss_mask))
 
 
-def _seq_mean_token_mean(
-    loss_mat: torch.Tensor, loss_mask: torch.Tensor, scale: float | None
-) -> torch.Tensor:
+def _seq_mean_token_mean(loss_mat: torch.Tensor, loss_mask: torch.Tensor, scale: float | None) -> torch.Tensor:
     # Each sequence weighs the same regardless of its length.
     seq_losses = masked_mean(loss_mat, loss_mask, dim=-1)  # [B]
     return masked_mean(seq_losses, _nonempty_rows(loss_mask))
 
 
-def _seq_mean_token_sum_norm(
-    loss_mat: torch.Tensor, loss_mask: torch.Tensor, scale: float | None
-) -> torch.Tensor:
+def _seq_mean_token_sum_norm(loss_mat: torch.Tensor, loss_mask: torch.Tensor, scale: float | None) -> torch.Tensor:
     # Dr. GRPO: token sum divided by a constant (default: padded length T), so
     # long responses are not down-weighted per token.
     norm = float(loss_mask.shape[-1]) if scale is None else float(scale)
@@ -101,9 +94,7 @@ def agg_loss(
     try:
         fn = LOSS_AGG_MODES[mode]
     except KeyError:
-        raise ValueError(
-            f"unknown loss_agg_mode {mode!r}; valid names: {sorted(LOSS_AGG_MODES)}"
-        ) from None
+        raise ValueError(f"unknown loss_agg_mode {mode!r}; valid names: {sorted(LOSS_AGG_MODES)}") from None
     return fn(loss_mat, loss_mask, loss_scale_factor)
 
 
@@ -140,8 +131,14 @@ def _clipped_surrogate(
     return pg_losses, pg_clipfrac, pg_clipfrac_lower
 
 
-def _policy_loss_outputs(pg_losses: torch.Tensor, pg_clipfrac: torch.Tensor, pg_clipfrac_lower: torch.Tensor,
-                         log_ratio: torch.Tensor, valid: torch.Tensor, loss_agg_mode: str) -> dict[str, torch.Tensor]:
+def _policy_loss_outputs(
+    pg_losses: torch.Tensor,
+    pg_clipfrac: torch.Tensor,
+    pg_clipfrac_lower: torch.Tensor,
+    log_ratio: torch.Tensor,
+    valid: torch.Tensor,
+    loss_agg_mode: str,
+) -> dict[str, torch.Tensor]:
     """The keys every policy loss returns: the aggregated loss (with grad) and detached diagnostics."""
     return {
         "pg_loss": agg_loss(pg_losses, valid, loss_agg_mode),
@@ -252,9 +249,7 @@ def get_policy_loss(name: str) -> PolicyLossFn:
     try:
         return POLICY_LOSSES[name]
     except KeyError:
-        raise ValueError(
-            f"unknown policy loss {name!r}; valid names: {sorted(POLICY_LOSSES)}"
-        ) from None
+        raise ValueError(f"unknown policy loss {name!r}; valid names: {sorted(POLICY_LOSSES)}") from None
 
 
 def compute_value_loss(
@@ -334,8 +329,7 @@ def log_probs_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.T
     """
     if logits.dim() != 3 or labels.shape != logits.shape[:2]:
         raise ValueError(
-            f"expected logits [B, T, V] and labels [B, T], got {tuple(logits.shape)} "
-            f"and {tuple(labels.shape)}"
+            f"expected logits [B, T, V] and labels [B, T], got {tuple(logits.shape)} and {tuple(labels.shape)}"
         )
     dtype = _compute_dtype(logits.dtype)
     labels = labels.to(device=logits.device, dtype=torch.long)

@@ -24,7 +24,8 @@ def export_actor(checkpoint_dir: str | Path, out_dir: str | Path) -> Path:
     if not (checkpoint_dir / STATE).exists():
         raise FileNotFoundError(
             f"{checkpoint_dir} is not a complete checkpoint (no {STATE}); pass a "
-            f"<output_dir>/checkpoints/global_step_<k> directory.")
+            f"<output_dir>/checkpoints/global_step_<k> directory."
+        )
     actor_dir = checkpoint_dir / "actor_rollout"
     hf_meta = actor_dir / "hf"
     if not hf_meta.exists():
@@ -36,7 +37,9 @@ def export_actor(checkpoint_dir: str | Path, out_dir: str | Path) -> Path:
     model.load_state_dict(state, strict=False, assign=True)
     missing = [n for n, p in model.named_parameters() if p.is_meta]
     if missing:
-        raise ValueError(f"Checkpoint {checkpoint_dir} lacks actor weights {missing[:3]}...: incomplete or not this model.")
+        raise ValueError(
+            f"Checkpoint {checkpoint_dir} lacks actor weights {missing[:3]}...: incomplete or not this model."
+        )
     model.tie_weights()
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out_dir, safe_serialization=True)

@@ -68,7 +68,7 @@ class CheckpointManager:
         if not self.root.exists():
             return []
         dirs = [p for p in self.root.iterdir() if p.is_dir() and p.name.startswith(PREFIX) and (p / STATE).exists()]
-        return sorted(dirs, key=lambda p: int(p.name[len(PREFIX):]))
+        return sorted(dirs, key=lambda p: int(p.name[len(PREFIX) :]))
 
     def latest(self) -> Path | None:
         pointer = self.root / LATEST
@@ -76,8 +76,9 @@ class CheckpointManager:
             candidate = self.root / f"{PREFIX}{pointer.read_text().strip()}"
             if (candidate / STATE).exists():
                 return candidate
-            logger.warning("%s names %s, which is missing or incomplete; using the newest complete one.",
-                           pointer, candidate)
+            logger.warning(
+                "%s names %s, which is missing or incomplete; using the newest complete one.", pointer, candidate
+            )
         done = self.completed()
         return done[-1] if done else None
 
@@ -101,7 +102,8 @@ def resolve_resume(mode: str, resume_from_path: str | None, manager: CheckpointM
     if not (path / STATE).exists():
         raise CheckpointError(
             f"Cannot resume from {path}: it is not a complete checkpoint (no {STATE}). Give a "
-            f"global_step_<k> directory, or trainer.resume_mode=auto to take the latest under the output dir.")
+            f"global_step_<k> directory, or trainer.resume_mode=auto to take the latest under the output dir."
+        )
     return path
 
 

@@ -28,8 +28,12 @@ def _placements(tensor: Any) -> dict[str, Any]:
         for p in tensor.placements:
             specs.append(f"S{p.dim}" if p.is_shard() else "R" if p.is_replicate() else str(p))
         mesh = tensor.device_mesh
-        return {"global_shape": list(tensor.shape), "placements": specs, "mesh_shape": list(mesh.shape),
-                "coords": list(mesh.get_coordinate() or [])}
+        return {
+            "global_shape": list(tensor.shape),
+            "placements": specs,
+            "mesh_shape": list(mesh.shape),
+            "coords": list(mesh.get_coordinate() or []),
+        }
     return {"global_shape": list(tensor.shape), "placements": [], "mesh_shape": [], "coords": []}
 
 
@@ -45,43 +49,57 @@ def _flatten(model_sd: dict, optim_sd: dict) -> tuple[dict[str, Any], dict[str, 
     return tensors, {"param_groups": optim_sd.get("param_groups", [])}
 
 
-def save_engine_shard(model: nn.Module, optimizer: torch.optim.Optimizer, path: Path, rank: int,
-                      world_size: int) -> None:
+def save_engine_shard(
+    model: nn.Module, optimizer: torch.optim.Optimizer, path: Path, rank: int, world_size: int
+) -> None:
     """Write ``path/rank_{rank}.safetensors`` and ``.json``: this rank's model and optimizer shards."""
     model_sd, optim_sd = get_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=False))
     tensors, extra = _flatten(model_sd, optim_sd)
     path.mkdir(parents=True, exist_ok=True)
     save_file({k: _local(v) for k, v in tensors.items()}, str(path / f"rank_{rank}.safetensors"))
-    index = {"format": FORMAT_VERSION, "rank": rank, "world_size": world_size,
-             "tensors": {k: _placements(v) for k, v in tensors.items()}, **_jsonable(extra)}
+    index = {
+        "format": FORMAT_VERSION,
+        "rank": rank,
+        "world_size": world_size,
+        "tensors": {k: _placements(v) for k, v in tensors.items()},
+        **_jsonable(extra),
+    }
     (path / f"rank_{rank}.json").write_text(json.dumps(index))
 
 
-def load_engine_shard(model: nn.Module, optimizer: torch.optim.Optimizer, path: Path, rank: int,
-                      world_size: int) -> None:
+def load_engine_shard(
+    model: nn.Module, optimizer: torch.optim.Optimizer, path: Path, rank: int, world_size: int
+) -> None:
     """Copy this rank's shards back into the model and optimizer (same layout as when saved)."""
     index_path = path / f"rank_{rank}.json"
     if not index_path.exists():
-        raise FileNotFoundError(f"Checkpoint shard {index_path} is missing: the checkpoint is incomplete or "
-                                f"was written by a run with fewer workers.")
+        raise FileNotFoundError(
+            f"Checkpoint shard {index_path} is missing: the checkpoint is incomplete or "
+            f"was written by a run with fewer workers."
+        )
     index = json.loads(index_path.read_text())
     if index["world_size"] != world_size:
         raise ValueError(
             f"Checkpoint {path} was written by {index['world_size']} workers; this run has {world_size}. "
-            f"Resume with the same pool size, or export it (hybridrl export) and start from the export.")
+            f"Resume with the same pool size, or export it (hybridrl export) and start from the export."
+        )
     saved = load_file(str(path / f"rank_{rank}.safetensors"))
     options = StateDictOptions(full_state_dict=False)
     model_sd, optim_sd = get_state_dict(model, optimizer, options=options)
     template, _ = _flatten(model_sd, optim_sd)
     missing = sorted(set(template) - set(saved))
     if missing:
-        raise ValueError(f"Checkpoint {path} lacks {len(missing)} tensors this model needs, e.g. {missing[:3]}: "
-                         f"it was saved from a different model or optimizer.")
+        raise ValueError(
+            f"Checkpoint {path} lacks {len(missing)} tensors this model needs, e.g. {missing[:3]}: "
+            f"it was saved from a different model or optimizer."
+        )
     for key, target in template.items():
         local = target.to_local() if hasattr(target, "to_local") else target
         if tuple(local.shape) != tuple(saved[key].shape):
-            raise ValueError(f"Checkpoint tensor {key} has shape {tuple(saved[key].shape)}, the model's shard "
-                             f"{tuple(local.shape)}: different model or layout.")
+            raise ValueError(
+                f"Checkpoint tensor {key} has shape {tuple(saved[key].shape)}, the model's shard "
+                f"{tuple(local.shape)}: different model or layout."
+            )
         with torch.no_grad():
             local.copy_(saved[key].to(local.device, local.dtype))
     for group, saved_group in zip(optim_sd["param_groups"], index["param_groups"]):
@@ -105,7 +123,7 @@ def assemble_full(path: Path, prefix: str = "model/") -> dict[str, torch.Tensor]
             if key.startswith(prefix):
                 pieces.setdefault(key, {})[tuple(info["coords"])] = tensors[key]
                 meta[key] = info
-    return {key[len(prefix):]: _assemble(pieces[key], meta[key]) for key in pieces}
+    return {key[len(prefix) :]: _assemble(pieces[key], meta[key]) for key in pieces}
 
 
 def _assemble(pieces: dict[tuple[int, ...], torch.Tensor], info: dict[str, Any]) -> torch.Tensor:
@@ -118,7 +136,7 @@ def _assemble(pieces: dict[tuple[int, ...], torch.Tensor], info: dict[str, Any])
         merged: dict[tuple[int, ...], torch.Tensor] = {}
         groups: dict[tuple[int, ...], list[tuple[int, torch.Tensor]]] = {}
         for coords, tensor in current.items():
-            rest = coords[:mesh_dim] + coords[mesh_dim + 1:]
+            rest = coords[:mesh_dim] + coords[mesh_dim + 1 :]
             groups.setdefault(rest, []).append((coords[mesh_dim], tensor))
         for rest, items in groups.items():
             items.sort(key=lambda item: item[0])
@@ -137,8 +155,10 @@ def rng_state() -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     """Python, NumPy and torch RNG states as JSON + tensors."""
     version, state, gauss = random.getstate()
     np_state = np.random.get_state()
-    meta = {"python": [version, list(state), gauss],
-            "numpy": [np_state[0], np_state[1].tolist(), int(np_state[2]), int(np_state[3]), float(np_state[4])]}
+    meta = {
+        "python": [version, list(state), gauss],
+        "numpy": [np_state[0], np_state[1].tolist(), int(np_state[2]), int(np_state[3]), float(np_state[4])],
+    }
     tensors = {"torch_cpu": torch.get_rng_state()}
     if torch.cuda.is_available():
         tensors["torch_cuda"] = torch.cuda.get_rng_state()

@@ -43,14 +43,18 @@ def connect(ray_cfg: Any, cpus_needed: float) -> ClusterInfo:
     if ray_cfg.working_dir:
         runtime_env["working_dir"] = ray_cfg.working_dir
     if ray_cfg.address:
-        ctx = ray.init(address=ray_cfg.address, runtime_env=runtime_env, logging_level=logging.WARNING,
-                 log_to_driver=True)
+        ctx = ray.init(
+            address=ray_cfg.address, runtime_env=runtime_env, logging_level=logging.WARNING, log_to_driver=True
+        )
         started = False
     else:
         num_cpus = ray_cfg.num_cpus or max(os.cpu_count() or 1, math.ceil(cpus_needed))
         kwargs: dict[str, Any] = dict(
-            num_cpus=num_cpus, include_dashboard=ray_cfg.include_dashboard,
-            runtime_env=runtime_env, logging_level=logging.WARNING, log_to_driver=True,
+            num_cpus=num_cpus,
+            include_dashboard=ray_cfg.include_dashboard,
+            runtime_env=runtime_env,
+            logging_level=logging.WARNING,
+            log_to_driver=True,
         )
         if ray_cfg.include_dashboard:
             kwargs["dashboard_host"] = ray_cfg.dashboard_host
@@ -75,8 +79,12 @@ def disconnect() -> None:
 def _worker_env(user_env: dict[str, str]) -> dict[str, str]:
     """Environment for every worker: quiet libraries, the driver's NCCL_*/GLOO_* settings
     (NCCL_DEBUG, NCCL_DEBUG_FILE, NCCL_SOCKET_IFNAME, ...) and ``trainer.ray.env_vars``."""
-    env = {"TOKENIZERS_PARALLELISM": "false", "TRANSFORMERS_VERBOSITY": "error",
-           "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+    env = {
+        "TOKENIZERS_PARALLELISM": "false",
+        "TRANSFORMERS_VERBOSITY": "error",
+        "HF_HUB_OFFLINE": "1",
+        "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    }
     for key, value in os.environ.items():
         if key.startswith(("NCCL_", "GLOO_", "TORCH_DISTRIBUTED", "TORCH_NCCL")):
             env[key] = value

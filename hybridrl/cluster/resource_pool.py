@@ -12,8 +12,9 @@ nodes that advertise it; ``strategy`` is the placement strategy (PACK, SPREAD, S
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +34,7 @@ class PoolSpec:
     strategy: str = "PACK"  # Ray placement strategy of the pool's bundles
 
     @classmethod
-    def from_resources(cls, name: str, resources: Mapping[str, Any]) -> "PoolSpec":
+    def from_resources(cls, name: str, resources: Mapping[str, Any]) -> PoolSpec:
         resources = dict(resources)
         strategy = str(resources.pop("strategy", "PACK")).upper()
         if strategy not in STRATEGIES:
@@ -61,21 +62,22 @@ class PoolSpec:
             return cls(name, workers, 1.0, per_cpu, {k: v / workers for k, v in custom.items()}, strategy)
         if not cpus:
             raise ValueError(
-                f"Pool '{name}' asks for no GPU and no CPU ({dict(resources)}); "
-                f"give it e.g. {{GPU: 2}} or {{CPU: 4}}."
+                f"Pool '{name}' asks for no GPU and no CPU ({dict(resources)}); give it e.g. {{GPU: 2}} or {{CPU: 4}}."
             )
         workers = int(res.get("workers", 1))
         if workers < 1:
             raise ValueError(f"Pool '{name}': workers={workers} must be at least 1.")
         return cls(name, workers, 0.0, cpus / workers, {k: v / workers for k, v in custom.items()}, strategy)
 
-    def on_cpu_only_cluster(self) -> "PoolSpec":
+    def on_cpu_only_cluster(self) -> PoolSpec:
         """The same pool where no GPU exists: each GPU worker becomes a one-CPU worker."""
         if not self.gpus_per_worker:
             return self
         logger.warning(
             "No GPU in the cluster: pool '%s' runs its %d GPU workers as %d CPU workers.",
-            self.name, self.num_workers, self.num_workers,
+            self.name,
+            self.num_workers,
+            self.num_workers,
         )
         return PoolSpec(self.name, self.num_workers, 0.0, self.cpus_per_worker, dict(self.custom), self.strategy)
 
@@ -133,7 +135,7 @@ class ResourcePoolManager:
         names = list(dict.fromkeys(self.mapping.values()))
         return [self.pools[name] for name in names]
 
-    def for_cluster(self, cluster_gpus: float) -> "ResourcePoolManager":
+    def for_cluster(self, cluster_gpus: float) -> ResourcePoolManager:
         """Adapt the pools to the cluster: GPU pools become CPU pools when it has no GPU."""
         if cluster_gpus > 0:
             return self
@@ -153,7 +155,7 @@ class ResourcePoolManager:
         return totals
 
     @classmethod
-    def from_config(cls, cfg: Any, roles: list[str] | None = None) -> "ResourcePoolManager":
+    def from_config(cls, cfg: Any, roles: list[str] | None = None) -> ResourcePoolManager:
         """Pools from ``resource_pool``; with ``roles``, only those roles are mapped (and reserved)."""
         from omegaconf import OmegaConf
 

@@ -7,9 +7,11 @@ the data-parallel ranks and gather the results; every wait has a timeout and nam
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from hybridrl.cluster.errors import PoolPlacementError, WorkerCallError, WorkerCallTimeout
 from hybridrl.cluster.resource_pool import PoolSpec
@@ -20,8 +22,17 @@ logger = logging.getLogger(__name__)
 
 
 class WorkerGroup:
-    def __init__(self, pool: PoolSpec, roles: list[str], cfg: Any, model_path: str, tokenizer_path: str,
-                 start_timeout_s: float, call_timeout_s: float, monitor: Any | None = None) -> None:
+    def __init__(
+        self,
+        pool: PoolSpec,
+        roles: list[str],
+        cfg: Any,
+        model_path: str,
+        tokenizer_path: str,
+        start_timeout_s: float,
+        call_timeout_s: float,
+        monitor: Any | None = None,
+    ) -> None:
         import ray
         from omegaconf import OmegaConf
         from ray.util.placement_group import placement_group
@@ -52,24 +63,45 @@ class WorkerGroup:
             cfg_dict = OmegaConf.to_container(cfg, resolve=True)
             for rank in range(pool.num_workers):
                 options = dict(
-                    num_cpus=bundle.get("CPU", 0), num_gpus=bundle.get("GPU", 0),
+                    num_cpus=bundle.get("CPU", 0),
+                    num_gpus=bundle.get("GPU", 0),
                     resources={k: v for k, v in bundle.items() if k not in ("CPU", "GPU")} or None,
-                    scheduling_strategy=PlacementGroupSchedulingStrategy(self.placement_group, placement_group_bundle_index=rank),
-                    name=None, max_restarts=0,
+                    scheduling_strategy=PlacementGroupSchedulingStrategy(
+                        self.placement_group, placement_group_bundle_index=rank
+                    ),
+                    name=None,
+                    max_restarts=0,
                 )
-                self.actors.append(remote_worker.options(**options).remote(
-                    rank, pool.num_workers, self.roles, cfg_dict, model_path, tokenizer_path,
-                    num_threads=max(1, int(bundle.get("CPU", 1))),
-                ))
-            master_addr, master_port = self._wait([self.actors[0].master_address.remote()], "master_address", start_timeout_s)[0]
+                self.actors.append(
+                    remote_worker.options(**options).remote(
+                        rank,
+                        pool.num_workers,
+                        self.roles,
+                        cfg_dict,
+                        model_path,
+                        tokenizer_path,
+                        num_threads=max(1, int(bundle.get("CPU", 1))),
+                    )
+                )
+            master_addr, master_port = self._wait(
+                [self.actors[0].master_address.remote()], "master_address", start_timeout_s
+            )[0]
             self.node_info = self._wait([a.node_info.remote() for a in self.actors], "node_info", start_timeout_s)
             nodes = [info.get("node_id") or info["ip"] for info in self.node_info]
-            self._wait([a.setup.remote(master_addr, master_port, call_timeout_s, nodes.count(nodes[rank]))
-                        for rank, a in enumerate(self.actors)], "setup", start_timeout_s)
+            self._wait(
+                [
+                    a.setup.remote(master_addr, master_port, call_timeout_s, nodes.count(nodes[rank]))
+                    for rank, a in enumerate(self.actors)
+                ],
+                "setup",
+                start_timeout_s,
+            )
         except BaseException:
             self.shutdown()
             raise
-        logger.info("Worker group %s: %d workers on pool '%s' (%s each)", self.name, pool.num_workers, pool.name, bundle)
+        logger.info(
+            "Worker group %s: %d workers on pool '%s' (%s each)", self.name, pool.num_workers, pool.name, bundle
+        )
 
     @property
     def world_size(self) -> int:
@@ -125,8 +157,10 @@ class WorkerGroup:
         (tensor-parallel peers, pipeline stages) get the same rows; one rank per replica reports back."""
         key = (role, method)
         if key not in self._layouts:
-            layout = [tuple(v) for v in self._wait([a.dp_layout.remote(role, method) for a in self.actors],
-                                                    f"{role}.dp_layout")]
+            layout = [
+                tuple(v)
+                for v in self._wait([a.dp_layout.remote(role, method) for a in self.actors], f"{role}.dp_layout")
+            ]
             replicas = {size for _, size, _ in layout}
             gathered = sorted(dp for dp, _, collects in layout if collects)
             if len(replicas) != 1 or gathered != list(range(layout[0][1])):
@@ -160,10 +194,10 @@ class WorkerGroup:
         from ray.util.placement_group import remove_placement_group
 
         if self.actors:
-            try:  # leave the gloo/nccl group cleanly; a stuck rank must not block shutdown
+            # Leave the gloo/nccl group cleanly; a stuck rank must not block shutdown. Best effort: the
+            # actors are killed next.
+            with contextlib.suppress(Exception):
                 ray.wait([a.teardown.remote() for a in self.actors], num_returns=len(self.actors), timeout=30)
-            except Exception:  # noqa: BLE001 - shutdown is best effort; the actors are killed next
-                pass
             for actor in self.actors:
                 ray.kill(actor, no_restart=True)
             self.actors = []

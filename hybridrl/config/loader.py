@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import difflib
+from collections.abc import Iterable
 from importlib import resources
-from typing import Iterable
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
@@ -51,10 +51,7 @@ def _parse_overrides(overrides: Iterable[str]) -> DictConfig:
     overrides = list(overrides)
     for item in overrides:
         if "=" not in item or item.startswith("="):
-            raise ConfigError(
-                f"Override '{item}' is not of the form key=value "
-                f"(e.g. trainer.total_steps=20)."
-            )
+            raise ConfigError(f"Override '{item}' is not of the form key=value (e.g. trainer.total_steps=20).")
     try:
         return OmegaConf.from_dotlist(overrides)
     except OmegaConfBaseException as exc:
@@ -95,8 +92,10 @@ def _move_seed_parallel_config(layer: DictConfig) -> DictConfig:
     seed = trainer.pop("parallel_config")
     unknown = set(seed or {}) - {"megatron"}
     if unknown:
-        raise ConfigError(f"trainer.parallel_config takes only 'megatron' (the critic's Megatron-style layout); "
-                          f"got {sorted(unknown)}.")
+        raise ConfigError(
+            f"trainer.parallel_config takes only 'megatron' (the critic's Megatron-style layout); "
+            f"got {sorted(unknown)}."
+        )
     if not isinstance(layer.get("critic"), DictConfig):
         layer["critic"] = {}
     critic = layer["critic"]  # assignment copies a node: fetch the one inside the layer
@@ -129,9 +128,7 @@ def load_config(overrides: Iterable[str] = (), yaml_path: str | None = None) -> 
             hint = _closest(key, _leaf_keys(OmegaConf.merge(schema, layers[0])))
             raise ConfigError(f"Unknown config key '{key}'.{hint}") from None
         except ValidationError as exc:
-            raise ConfigError(
-                f"Bad value for config key '{exc.full_key}': {exc.msg.splitlines()[0]}"
-            ) from None
+            raise ConfigError(f"Bad value for config key '{exc.full_key}': {exc.msg.splitlines()[0]}") from None
     try:
         missing = sorted(OmegaConf.missing_keys(cfg))
         OmegaConf.resolve(cfg)

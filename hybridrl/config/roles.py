@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-
 # The config section that holds each role's engine settings (the reference follows the actor's).
-ROLE_SECTIONS = {"actor_rollout": "actor_rollout_ref.actor", "ref": "actor_rollout_ref.actor",
-                 "critic": "critic", "reward_model": "reward_model"}
+ROLE_SECTIONS = {
+    "actor_rollout": "actor_rollout_ref.actor",
+    "ref": "actor_rollout_ref.actor",
+    "critic": "critic",
+    "reward_model": "reward_model",
+}
 
 
 def critic_enabled(cfg: Any) -> bool:

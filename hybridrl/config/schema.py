@@ -9,7 +9,7 @@ cannot drift from what users read. The loaded config is read-only: code derives 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 from omegaconf import MISSING
 
@@ -26,22 +26,22 @@ class TinyModelConfig:
 
 @dataclass
 class ModelConfig:
-    path: Optional[str] = MISSING
-    tokenizer_path: Optional[str] = MISSING
+    path: str | None = MISSING
+    tokenizer_path: str | None = MISSING
     trust_remote_code: bool = MISSING
     tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
 
 
 @dataclass
 class CriticModelConfig:
-    path: Optional[str] = MISSING
+    path: str | None = MISSING
     value_head_init_std: float = MISSING
 
 
 @dataclass
 class FSDPConfig:
     sharding_strategy: str = MISSING
-    shard_group_size: Optional[int] = MISSING
+    shard_group_size: int | None = MISSING
     mixed_precision: bool = MISSING
     cpu_offload: bool = MISSING
     limit_all_gathers: bool = MISSING
@@ -53,7 +53,7 @@ class MegatronConfig:
     pp_size: int = MISSING
     sequence_parallel: bool = MISSING
     pp_schedule: str = MISSING
-    pp_microbatches: Optional[int] = MISSING
+    pp_microbatches: int | None = MISSING
 
 
 @dataclass
@@ -64,7 +64,7 @@ class ParallelConfig:
 @dataclass
 class OptimConfig:
     lr: float = MISSING
-    betas: List[float] = MISSING
+    betas: list[float] = MISSING
     weight_decay: float = MISSING
     eps: float = MISSING
 
@@ -95,9 +95,9 @@ class TrainedRoleConfig:
 @dataclass
 class ActorConfig(TrainedRoleConfig):
     clip_ratio: float = MISSING
-    clip_ratio_low: Optional[float] = MISSING
-    clip_ratio_high: Optional[float] = MISSING
-    clip_ratio_c: Optional[float] = MISSING
+    clip_ratio_low: float | None = MISSING
+    clip_ratio_high: float | None = MISSING
+    clip_ratio_c: float | None = MISSING
     policy_loss: PolicyLossConfig = field(default_factory=lambda: PolicyLossConfig())
     use_kl_loss: bool = MISSING
     kl_loss_coef: float = MISSING
@@ -141,10 +141,10 @@ class ActorRolloutRefConfig:
 
 @dataclass
 class CriticConfig(TrainedRoleConfig):
-    enable: Optional[bool] = MISSING
+    enable: bool | None = MISSING
     model: CriticModelConfig = field(default_factory=CriticModelConfig)
     forward_micro_batch_size_per_gpu: int = MISSING
-    cliprange_value: Optional[float] = MISSING
+    cliprange_value: float | None = MISSING
 
 
 @dataclass
@@ -175,13 +175,13 @@ class AlgorithmConfig:
 
 @dataclass
 class DataConfig:
-    train_files: Optional[Any] = MISSING
-    val_files: Optional[Any] = MISSING
+    train_files: Any | None = MISSING
+    val_files: Any | None = MISSING
     prompt_key: str = MISSING
     filter_overlong_prompts: bool = MISSING
     truncation: str = MISSING
     task: str = MISSING
-    task_kwargs: Dict[str, Any] = MISSING
+    task_kwargs: dict[str, Any] = MISSING
     train_size: int = MISSING
     val_size: int = MISSING
     train_batch_size: int = MISSING
@@ -193,8 +193,8 @@ class DataConfig:
 
 @dataclass
 class RewardModelModelConfig:
-    path: Optional[str] = MISSING
-    tokenizer_path: Optional[str] = MISSING
+    path: str | None = MISSING
+    tokenizer_path: str | None = MISSING
     trust_remote_code: bool = MISSING
 
 
@@ -212,7 +212,7 @@ class RewardModelConfig:
 
 @dataclass
 class CustomRewardFunctionConfig:
-    path: Optional[str] = MISSING
+    path: str | None = MISSING
     name: str = MISSING
 
 
@@ -224,19 +224,19 @@ class RewardConfig:
 
 @dataclass
 class ResourcePoolConfig:
-    pools: Dict[str, Dict[str, Any]] = MISSING
-    mapping: Dict[str, str] = MISSING
+    pools: dict[str, dict[str, Any]] = MISSING
+    mapping: dict[str, str] = MISSING
 
 
 @dataclass
 class RayConfig:
-    address: Optional[str] = MISSING
-    num_cpus: Optional[int] = MISSING
+    address: str | None = MISSING
+    num_cpus: int | None = MISSING
     include_dashboard: bool = MISSING
     dashboard_host: str = MISSING
-    env_vars: Dict[str, str] = MISSING
-    working_dir: Optional[str] = MISSING
-    object_store_memory: Optional[int] = MISSING
+    env_vars: dict[str, str] = MISSING
+    working_dir: str | None = MISSING
+    object_store_memory: int | None = MISSING
     start_timeout_s: float = MISSING
     call_timeout_s: float = MISSING
 
@@ -249,7 +249,7 @@ class TrainerConfig:
     total_steps: int = MISSING
     seed: int = MISSING
     device: str = MISSING
-    logger: List[str] = MISSING
+    logger: list[str] = MISSING
     progress_bar: bool = MISSING
     trace: bool = MISSING
     breakdown_interval: int = MISSING
@@ -261,9 +261,9 @@ class TrainerConfig:
     val_before_train: bool = MISSING
     val_generations_to_log: int = MISSING
     save_freq: int = MISSING
-    max_ckpt_to_keep: Optional[int] = MISSING
+    max_ckpt_to_keep: int | None = MISSING
     resume_mode: str = MISSING
-    resume_from_path: Optional[str] = MISSING
+    resume_from_path: str | None = MISSING
     learning_check_window: int = MISSING
     ray: RayConfig = field(default_factory=RayConfig)
 

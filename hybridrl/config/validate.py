@@ -41,20 +41,30 @@ def _check_choices(cfg: DictConfig) -> None:
             import importlib.util
 
             if importlib.util.find_spec(tracker) is None:
-                _fail(f"trainer.logger includes '{tracker}' but the {tracker} package is not installed: "
-                      f"pip install 'hybridrl[{tracker}]', or remove it from trainer.logger.")
+                _fail(
+                    f"trainer.logger includes '{tracker}' but the {tracker} package is not installed: "
+                    f"pip install 'hybridrl[{tracker}]', or remove it from trainer.logger."
+                )
 
 
 def _check_positive(cfg: DictConfig) -> None:
     keys = [
-        "data.train_batch_size", "data.train_size", "data.max_prompt_length",
-        "data.max_response_length", "trainer.total_steps", "actor_rollout_ref.rollout.n",
+        "data.train_batch_size",
+        "data.train_size",
+        "data.max_prompt_length",
+        "data.max_response_length",
+        "trainer.total_steps",
+        "actor_rollout_ref.rollout.n",
         "actor_rollout_ref.actor.ppo_mini_batch_size",
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", "actor_rollout_ref.actor.ppo_epochs",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
+        "actor_rollout_ref.actor.ppo_epochs",
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
         "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
-        "critic.ppo_mini_batch_size", "critic.ppo_micro_batch_size_per_gpu", "critic.ppo_epochs",
-        "critic.forward_micro_batch_size_per_gpu", "trainer.learning_check_window",
+        "critic.ppo_mini_batch_size",
+        "critic.ppo_micro_batch_size_per_gpu",
+        "critic.ppo_epochs",
+        "critic.forward_micro_batch_size_per_gpu",
+        "trainer.learning_check_window",
     ]
     for key in keys:
         value = OmegaConf.select(cfg, key)
@@ -78,8 +88,9 @@ def _check_positive(cfg: DictConfig) -> None:
         _fail("actor_rollout_ref.rollout.temperature must be > 0 (use do_sample=false for greedy).")
 
 
-def _check_batch_arithmetic(section: str, mini: int, micro: int, n: int, prompts: int, workers: int,
-                            pp_microbatches: int | None = None) -> None:
+def _check_batch_arithmetic(
+    section: str, mini: int, micro: int, n: int, prompts: int, workers: int, pp_microbatches: int | None = None
+) -> None:
     """The mini-batch must divide the step's batch and split evenly into micro-batches per worker
     (per data-parallel replica, for tensor/pipeline-parallel roles: ``workers`` is then that count)."""
     sequences = prompts * n
@@ -142,22 +153,32 @@ def _check_algorithm(cfg: DictConfig) -> None:
     estimator = get_adv_estimator(name)
     n = cfg.actor_rollout_ref.rollout.n
     if estimator.needs_critic and cfg.critic.enable is False:
-        _fail(f"algorithm.adv_estimator={name} needs a critic (values), but critic.enable=false. "
-              f"Use a critic-free estimator (grpo, rloo, reinforce_plus_plus, remax) or set critic.enable=null.")
+        _fail(
+            f"algorithm.adv_estimator={name} needs a critic (values), but critic.enable=false. "
+            f"Use a critic-free estimator (grpo, rloo, reinforce_plus_plus, remax) or set critic.enable=null."
+        )
     if not estimator.needs_critic and cfg.critic.enable:
-        _fail(f"critic.enable=true, but algorithm.adv_estimator={name} does not use values; "
-              f"set critic.enable=null (or use adv_estimator=gae).")
+        _fail(
+            f"critic.enable=true, but algorithm.adv_estimator={name} does not use values; "
+            f"set critic.enable=null (or use adv_estimator=gae)."
+        )
     if estimator.needs_groups and n < 2:
-        _fail(f"algorithm.adv_estimator={name} compares the samples of one prompt, so "
-              f"actor_rollout_ref.rollout.n ({n}) must be at least 2.")
+        _fail(
+            f"algorithm.adv_estimator={name} compares the samples of one prompt, so "
+            f"actor_rollout_ref.rollout.n ({n}) must be at least 2."
+        )
     if algo.filter_groups.enable and n < 2:
-        _fail(f"algorithm.filter_groups.enable=true drops prompts whose samples all score the same; "
-              f"it needs actor_rollout_ref.rollout.n >= 2 (got {n}).")
+        _fail(
+            f"algorithm.filter_groups.enable=true drops prompts whose samples all score the same; "
+            f"it needs actor_rollout_ref.rollout.n >= 2 (got {n})."
+        )
     if algo.filter_groups.max_num_gen_batches < 1:
         _fail(f"algorithm.filter_groups.max_num_gen_batches ({algo.filter_groups.max_num_gen_batches}) must be >= 1.")
     if actor.policy_loss.loss_mode not in POLICY_LOSSES:
-        _fail(f"actor_rollout_ref.actor.policy_loss.loss_mode={actor.policy_loss.loss_mode!r} is not valid; "
-              f"choose one of: {', '.join(sorted(POLICY_LOSSES))}.")
+        _fail(
+            f"actor_rollout_ref.actor.policy_loss.loss_mode={actor.policy_loss.loss_mode!r} is not valid; "
+            f"choose one of: {', '.join(sorted(POLICY_LOSSES))}."
+        )
     for key in ("clip_ratio", "clip_ratio_low", "clip_ratio_high"):
         value = actor[key]
         if value is not None and value <= 0:
@@ -176,14 +197,24 @@ def validate(cfg: DictConfig) -> None:
     prompts = cfg.data.train_batch_size
     actor = cfg.actor_rollout_ref.actor
     _check_batch_arithmetic(
-        "actor_rollout_ref.actor", actor.ppo_mini_batch_size, actor.ppo_micro_batch_size_per_gpu,
-        n, prompts, replicas["actor_rollout"], _pp_microbatches(actor),
+        "actor_rollout_ref.actor",
+        actor.ppo_mini_batch_size,
+        actor.ppo_micro_batch_size_per_gpu,
+        n,
+        prompts,
+        replicas["actor_rollout"],
+        _pp_microbatches(actor),
     )
     critic = cfg.critic
     if "critic" in workers:
         _check_batch_arithmetic(
-            "critic", critic.ppo_mini_batch_size, critic.ppo_micro_batch_size_per_gpu,
-            n, prompts, replicas["critic"], _pp_microbatches(critic),
+            "critic",
+            critic.ppo_mini_batch_size,
+            critic.ppo_micro_batch_size_per_gpu,
+            n,
+            prompts,
+            replicas["critic"],
+            _pp_microbatches(critic),
         )
     _check_sharding(cfg, workers)
     for role in sorted(set(workers) - {"actor_rollout"}):
@@ -234,11 +265,15 @@ def _check_data_and_rewards(cfg: DictConfig) -> None:
     rm = cfg.reward_model
     if rm.enable:
         if rm.model.path is None or not Path(rm.model.path).expanduser().is_dir():
-            _fail(f"reward_model.enable=true needs reward_model.model.path=<local sequence-classification model "
-                  f"directory>; got {rm.model.path!r}.")
+            _fail(
+                f"reward_model.enable=true needs reward_model.model.path=<local sequence-classification model "
+                f"directory>; got {rm.model.path!r}."
+            )
         if rm.max_length < 2 or rm.micro_batch_size_per_gpu < 1:
-            _fail(f"reward_model.max_length ({rm.max_length}) must be >= 2 and "
-                  f"reward_model.micro_batch_size_per_gpu ({rm.micro_batch_size_per_gpu}) >= 1.")
+            _fail(
+                f"reward_model.max_length ({rm.max_length}) must be >= 2 and "
+                f"reward_model.micro_batch_size_per_gpu ({rm.micro_batch_size_per_gpu}) >= 1."
+            )
     if cfg.custom_reward_function.path:
         from hybridrl.rewards.custom import CustomRewardError, load_reward_fn
 
@@ -267,9 +302,14 @@ def model_shape(cfg: DictConfig, role: str) -> dict[str, Any] | None:
     path = (cfg.critic.model.path if role == "critic" else None) or model.path
     if path is None:
         tiny = model.tiny
-        return {"num_heads": tiny.num_attention_heads, "num_kv_heads": tiny.num_key_value_heads,
-                "num_layers": tiny.num_hidden_layers, "tied_embeddings": False, "has_tp_plan": True,
-                "model_type": "qwen2"}
+        return {
+            "num_heads": tiny.num_attention_heads,
+            "num_kv_heads": tiny.num_key_value_heads,
+            "num_layers": tiny.num_hidden_layers,
+            "tied_embeddings": False,
+            "has_tp_plan": True,
+            "model_type": "qwen2",
+        }
     config_file = Path(path) / "config.json"
     if not config_file.is_file():
         return None
@@ -278,10 +318,14 @@ def model_shape(cfg: DictConfig, role: str) -> dict[str, Any] | None:
     config = AutoConfig.from_pretrained(path, local_files_only=True, trust_remote_code=model.trust_remote_code)
     config = getattr(config, "text_config", None) or config
     heads = config.num_attention_heads
-    return {"num_heads": heads, "num_kv_heads": getattr(config, "num_key_value_heads", None) or heads,
-            "num_layers": config.num_hidden_layers,
-            "tied_embeddings": bool(getattr(config, "tie_word_embeddings", False)),
-            "has_tp_plan": bool(getattr(config, "base_model_tp_plan", None)), "model_type": config.model_type}
+    return {
+        "num_heads": heads,
+        "num_kv_heads": getattr(config, "num_key_value_heads", None) or heads,
+        "num_layers": config.num_hidden_layers,
+        "tied_embeddings": bool(getattr(config, "tie_word_embeddings", False)),
+        "has_tp_plan": bool(getattr(config, "base_model_tp_plan", None)),
+        "model_type": config.model_type,
+    }
 
 
 def _check_megatron(cfg: DictConfig, workers: dict[str, int]) -> dict[str, int]:
@@ -301,13 +345,15 @@ def _check_megatron(cfg: DictConfig, workers: dict[str, int]) -> dict[str, int]:
         shape = shapes[model_role]
         if shape is None:
             continue
-        errors = megatron_fit_errors(ROLE_SECTIONS[role], workers=count, tp_size=megatron.tp_size,
-                                     pp_size=megatron.pp_size, **shape)
+        errors = megatron_fit_errors(
+            ROLE_SECTIONS[role], workers=count, tp_size=megatron.tp_size, pp_size=megatron.pp_size, **shape
+        )
         if errors:
             _fail(" ".join(errors) + f" (role '{role}')")
         if megatron.sequence_parallel and megatron.tp_size == 1:
-            logger.warning("%s.parallel_config.megatron.sequence_parallel=true has no effect with tp_size=1.",
-                           ROLE_SECTIONS[role])
+            logger.warning(
+                "%s.parallel_config.megatron.sequence_parallel=true has no effect with tp_size=1.", ROLE_SECTIONS[role]
+            )
         replicas[role] = count // (megatron.tp_size * megatron.pp_size)
     return replicas
 
@@ -318,7 +364,9 @@ def _check_sharding(cfg: DictConfig, workers: dict[str, int]) -> None:
         fsdp = OmegaConf.select(cfg, f"{sections[role]}.fsdp")
         group = fsdp.shard_group_size
         if group is not None and (group < 1 or count % group):
-            _fail(f"{sections[role]}.fsdp.shard_group_size ({group}) must divide the {count} workers of role "
-                  f"'{role}' (HYBRID_SHARD shards inside groups of that many ranks and replicates across groups).")
+            _fail(
+                f"{sections[role]}.fsdp.shard_group_size ({group}) must divide the {count} workers of role "
+                f"'{role}' (HYBRID_SHARD shards inside groups of that many ranks and replicates across groups)."
+            )
         if role in ("actor_rollout", "critic") and OmegaConf.select(cfg, f"{sections[role]}.gradient_scale") <= 0:
             _fail(f"{sections[role]}.gradient_scale must be positive (the initial fp16 loss scale).")

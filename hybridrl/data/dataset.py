@@ -26,8 +26,7 @@ class PromptDataset:
 
     def collate(self, indices: list[int]) -> Batch:
         rows = [self.examples[i] for i in indices]
-        enc = self.tokenizer([r.prompt for r in rows], padding="longest", return_tensors="pt",
-                             add_special_tokens=False)
+        enc = self.tokenizer([r.prompt for r in rows], padding="longest", return_tensors="pt", add_special_tokens=False)
         if enc["input_ids"].shape[1] > self.max_prompt_length:
             longest = max(range(len(rows)), key=lambda i: int(enc["attention_mask"][i].sum()))
             raise ValueError(
@@ -36,13 +35,18 @@ class PromptDataset:
             )
         attention_mask = enc["attention_mask"]
         return Batch.from_dict(
-            tensors={"input_ids": enc["input_ids"], "attention_mask": attention_mask,
-                     "position_ids": (torch.cumsum(attention_mask, dim=1) - 1).clamp(min=0)},
-            non_tensors={"data_source": [r.data_source for r in rows],
-                         "ground_truth": [r.ground_truth for r in rows],
-                         "prompt_text": [r.prompt for r in rows],
-                         "extra_info": [r.extra_info for r in rows],
-                         "index": list(indices)},
+            tensors={
+                "input_ids": enc["input_ids"],
+                "attention_mask": attention_mask,
+                "position_ids": (torch.cumsum(attention_mask, dim=1) - 1).clamp(min=0),
+            },
+            non_tensors={
+                "data_source": [r.data_source for r in rows],
+                "ground_truth": [r.ground_truth for r in rows],
+                "prompt_text": [r.prompt for r in rows],
+                "extra_info": [r.extra_info for r in rows],
+                "index": list(indices),
+            },
         )
 
 
@@ -69,7 +73,7 @@ class EpochSampler:
         if self.offset + self.batch_size > self.size:  # drop the incomplete tail of an epoch
             self.epoch, self.offset = self.epoch + 1, 0
             self._order = self._make_order()
-        indices = self._order[self.offset:self.offset + self.batch_size]
+        indices = self._order[self.offset : self.offset + self.batch_size]
         self.offset += self.batch_size
         return indices
 
@@ -79,7 +83,6 @@ class EpochSampler:
     def load_state_dict(self, state: dict[str, int]) -> None:
         self.epoch, self.offset = int(state["epoch"]), int(state["offset"])
         self._order = self._make_order()
-
 
 
 def build_datasets(cfg: Any, tokenizer: Any) -> tuple[PromptDataset, PromptDataset | None]:
@@ -97,17 +100,30 @@ def build_datasets(cfg: Any, tokenizer: Any) -> tuple[PromptDataset, PromptDatas
     if data.train_files is None:
         task = make_task(data.task, **OmegaConf.to_container(data.task_kwargs))
         train = PromptDataset(task.examples(data.train_size, data.seed), tokenizer, data.max_prompt_length)
-        val = PromptDataset(task.examples(data.val_size, data.seed + 7_919), tokenizer, data.max_prompt_length) \
-            if data.val_size > 0 else None
+        val = (
+            PromptDataset(task.examples(data.val_size, data.seed + 7_919), tokenizer, data.max_prompt_length)
+            if data.val_size > 0
+            else None
+        )
         return train, val
     from hybridrl.data.parquet import load_parquet_examples
 
     def load(files: Any, what: str) -> PromptDataset:
         examples, stats = load_parquet_examples(
-            file_list(files), tokenizer, prompt_key=data.prompt_key, max_prompt_length=data.max_prompt_length,
-            filter_overlong_prompts=data.filter_overlong_prompts, truncation=data.truncation)
-        logging.getLogger(__name__).info("%s data: %d rows, %d overlong filtered, %d truncated", what,
-                                         stats["rows"], stats["filtered_overlong"], stats["truncated"])
+            file_list(files),
+            tokenizer,
+            prompt_key=data.prompt_key,
+            max_prompt_length=data.max_prompt_length,
+            filter_overlong_prompts=data.filter_overlong_prompts,
+            truncation=data.truncation,
+        )
+        logging.getLogger(__name__).info(
+            "%s data: %d rows, %d overlong filtered, %d truncated",
+            what,
+            stats["rows"],
+            stats["filtered_overlong"],
+            stats["truncated"],
+        )
         return PromptDataset(examples, tokenizer, data.max_prompt_length)
 
     train = load(data.train_files, "Training")

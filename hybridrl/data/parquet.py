@@ -20,8 +20,9 @@ exact text the model sees.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from hybridrl.data.tasks import Example
 
@@ -45,8 +46,13 @@ def _read_rows(path: str, prompt_key: str) -> list[dict[str, Any]]:
         raise ValueError(f"{path}: cannot be read as parquet: {type(exc).__name__}: {exc}") from exc
     for column in ("data_source", prompt_key, "reward_model"):
         if column not in table.column_names:
-            raise _fail(path, 0, column, f"missing column (every row needs it; the file has "
-                                         f"{table.column_names}). Is this a verl-format parquet file?")
+            raise _fail(
+                path,
+                0,
+                column,
+                f"missing column (every row needs it; the file has "
+                f"{table.column_names}). Is this a verl-format parquet file?",
+            )
     return table.to_pylist()
 
 
@@ -63,16 +69,21 @@ def _example_fields(path: str, i: int, row: dict[str, Any], prompt_key: str) -> 
         raise _fail(path, i, "data_source", f"must be a non-empty string, got {source!r}")
     messages = row.get(prompt_key)
     if isinstance(messages, str):
-        raise _fail(path, i, prompt_key, "is a plain string; it must be a list of chat messages "
-                                         "[{'role': 'user', 'content': ...}] as verl writes them")
+        raise _fail(
+            path,
+            i,
+            prompt_key,
+            "is a plain string; it must be a list of chat messages "
+            "[{'role': 'user', 'content': ...}] as verl writes them",
+        )
     if not isinstance(messages, list) or not messages:
         raise _fail(path, i, prompt_key, f"must be a non-empty list of chat messages, got {messages!r}")
     for j, msg in enumerate(messages):
         msg = _as_dict(msg)
-        if (not isinstance(msg, dict) or not isinstance(msg.get("role"), str)
-                or not isinstance(msg.get("content"), str)):
-            raise _fail(path, i, prompt_key, f"message {j} must be a dict with string 'role' and "
-                                             f"'content', got {msg!r}")
+        if not isinstance(msg, dict) or not isinstance(msg.get("role"), str) or not isinstance(msg.get("content"), str):
+            raise _fail(
+                path, i, prompt_key, f"message {j} must be a dict with string 'role' and 'content', got {msg!r}"
+            )
     ability = row.get("ability")
     if ability is not None and not isinstance(ability, str):
         raise _fail(path, i, "ability", f"must be a string, got {ability!r}")
@@ -84,8 +95,13 @@ def _example_fields(path: str, i: int, row: dict[str, Any], prompt_key: str) -> 
     extra_info = _as_dict(row.get("extra_info"))
     if extra_info is not None and not isinstance(extra_info, dict):
         raise _fail(path, i, "extra_info", f"must be a struct/dict or null, got {extra_info!r}")
-    return dict(messages=[_as_dict(m) for m in messages], data_source=source, ability=ability,
-                ground_truth=reward_model["ground_truth"], extra_info=extra_info)
+    return dict(
+        messages=[_as_dict(m) for m in messages],
+        data_source=source,
+        ability=ability,
+        ground_truth=reward_model["ground_truth"],
+        extra_info=extra_info,
+    )
 
 
 def _truncate(tokenizer: Any, ids: list[int], max_len: int, side: str) -> str | None:
@@ -145,11 +161,11 @@ def load_parquet_examples(
         texts = []
         for i, f in enumerate(fields):
             try:
-                texts.append(tokenizer.apply_chat_template(f["messages"], add_generation_prompt=True,
-                                                           tokenize=False))
+                texts.append(tokenizer.apply_chat_template(f["messages"], add_generation_prompt=True, tokenize=False))
             except Exception as exc:
-                raise _fail(path, i, prompt_key, f"the chat template failed on these messages: "
-                                                 f"{type(exc).__name__}: {exc}") from exc
+                raise _fail(
+                    path, i, prompt_key, f"the chat template failed on these messages: {type(exc).__name__}: {exc}"
+                ) from exc
         ids = tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
         stats["rows"] += len(rows)
         for i, (f, text, tokens) in enumerate(zip(fields, texts, ids)):
@@ -158,19 +174,42 @@ def load_parquet_examples(
                     stats["filtered_overlong"] += 1
                     continue
                 if truncation == "error":
-                    raise _fail(path, i, prompt_key, (
-                        f"the templated prompt has {len(tokens)} tokens, more than max_prompt_length="
-                        f"{max_prompt_length}: raise data.max_prompt_length, set "
-                        f"data.filter_overlong_prompts=true, or data.truncation=left/right"))
+                    raise _fail(
+                        path,
+                        i,
+                        prompt_key,
+                        (
+                            f"the templated prompt has {len(tokens)} tokens, more than max_prompt_length="
+                            f"{max_prompt_length}: raise data.max_prompt_length, set "
+                            f"data.filter_overlong_prompts=true, or data.truncation=left/right"
+                        ),
+                    )
                 text = _truncate(tokenizer, list(tokens), max_prompt_length, truncation)
                 if text is None:
-                    raise _fail(path, i, prompt_key, f"cannot be {truncation}-truncated to "
-                                                     f"{max_prompt_length} tokens that re-encode as many")
+                    raise _fail(
+                        path,
+                        i,
+                        prompt_key,
+                        f"cannot be {truncation}-truncated to {max_prompt_length} tokens that re-encode as many",
+                    )
                 stats["truncated"] += 1
-            examples.append(Example(prompt=text, ground_truth=f["ground_truth"], data_source=f["data_source"],
-                                    extra_info=f["extra_info"], ability=f["ability"]))
-    logger.info("Loaded %d prompts from %d parquet file(s): %d rows, %d overlong filtered, %d truncated",
-                len(examples), len(paths), stats["rows"], stats["filtered_overlong"], stats["truncated"])
+            examples.append(
+                Example(
+                    prompt=text,
+                    ground_truth=f["ground_truth"],
+                    data_source=f["data_source"],
+                    extra_info=f["extra_info"],
+                    ability=f["ability"],
+                )
+            )
+    logger.info(
+        "Loaded %d prompts from %d parquet file(s): %d rows, %d overlong filtered, %d truncated",
+        len(examples),
+        len(paths),
+        stats["rows"],
+        stats["filtered_overlong"],
+        stats["truncated"],
+    )
     if stats["rows"] and not examples:
         raise ValueError(
             f"All {stats['rows']} prompts in {paths} are longer than max_prompt_length={max_prompt_length} "

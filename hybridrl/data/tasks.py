@@ -8,10 +8,10 @@ training and held-out sets are the same on every run and every machine.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
-TASKS: dict[str, Callable[..., "Task"]] = {}
+TASKS: dict[str, Callable[..., Task]] = {}
 
 
 def register_task(name: str):
@@ -22,7 +22,7 @@ def register_task(name: str):
     return wrap
 
 
-def make_task(name: str, **kwargs) -> "Task":
+def make_task(name: str, **kwargs) -> Task:
     if name not in TASKS:
         raise ValueError(f"Unknown task '{name}'; valid tasks: {sorted(TASKS)}.")
     try:

@@ -46,12 +46,16 @@ def decoder_parts(model: nn.Module) -> DecoderParts:
     elif hasattr(model, "lm_head") and hasattr(model, "model"):
         parts = DecoderParts(model, model.model, model, "lm_head")
     else:
-        raise ValueError(f"{type(model).__name__} is not a decoder-only causal LM or value model; the megatron "
-                         f"strategy needs one (use strategy=fsdp for other models).")
+        raise ValueError(
+            f"{type(model).__name__} is not a decoder-only causal LM or value model; the megatron "
+            f"strategy needs one (use strategy=fsdp for other models)."
+        )
     missing = [name for name in BACKBONE_PARTS if not hasattr(parts.backbone, name)]
     if missing:
-        raise ValueError(f"{type(parts.backbone).__name__} has no {missing}: the megatron strategy supports the "
-                         f"Llama/Qwen2/Mistral family of decoders. Use strategy=fsdp for this model.")
+        raise ValueError(
+            f"{type(parts.backbone).__name__} has no {missing}: the megatron strategy supports the "
+            f"Llama/Qwen2/Mistral family of decoders. Use strategy=fsdp for this model."
+        )
     return parts
 
 
@@ -87,8 +91,9 @@ class DecoderStage(nn.Module):
     hidden states. Under sequence parallel, hidden states between layers are sharded along the sequence
     (``Shard(1)`` DTensors) and travel between stages as each rank's local slice."""
 
-    def __init__(self, parts: DecoderParts, is_first: bool, is_last: bool, tp_mesh=None,
-                 sequence_parallel: bool = False) -> None:
+    def __init__(
+        self, parts: DecoderParts, is_first: bool, is_last: bool, tp_mesh=None, sequence_parallel: bool = False
+    ) -> None:
         super().__init__()
         self.inner = parts.model
         self.parts = parts
@@ -107,8 +112,9 @@ class DecoderStage(nn.Module):
         batch, seq = attention_mask.shape
         # The masks need only the batch/sequence shape, dtype and device of the embeddings.
         probe = local.new_empty(batch, seq, 1)
-        mask_kwargs = dict(config=config, inputs_embeds=probe, attention_mask=attention_mask, cache=None,
-                           position_ids=position_ids)
+        mask_kwargs = dict(
+            config=config, inputs_embeds=probe, attention_mask=attention_mask, cache=None, position_ids=position_ids
+        )
         masks = {"full_attention": create_causal_mask(**mask_kwargs)}
         if getattr(backbone, "has_sliding_layers", False):
             masks["sliding_attention"] = create_sliding_window_causal_mask(**mask_kwargs)
@@ -118,8 +124,13 @@ class DecoderStage(nn.Module):
         layer_types = getattr(config, "layer_types", None)
         for index, layer in backbone.layers.items():
             kind = layer_types[int(index)] if layer_types else "full_attention"
-            hidden = layer(hidden, attention_mask=masks[kind], position_ids=position_ids,
-                           position_embeddings=position_embeddings, use_cache=False)
+            hidden = layer(
+                hidden,
+                attention_mask=masks[kind],
+                position_ids=position_ids,
+                position_embeddings=position_embeddings,
+                use_cache=False,
+            )
             if isinstance(hidden, tuple):  # older transformers return (hidden, ...)
                 hidden = hidden[0]
         if not self.is_last:

@@ -41,7 +41,10 @@ def load_causal_lm(path: str, trust_remote_code: bool = False, dtype: torch.dtyp
 
     _check_dir(path, "Model")
     model = AutoModelForCausalLM.from_pretrained(
-        path, dtype=dtype, trust_remote_code=trust_remote_code, local_files_only=True,
+        path,
+        dtype=dtype,
+        trust_remote_code=trust_remote_code,
+        local_files_only=True,
         attn_implementation="sdpa",
     )
     model.config.use_cache = False  # training forward passes; generation turns the cache back on
@@ -61,23 +64,28 @@ class ValueModel(nn.Module):
             nn.init.zeros_(self.value_head.weight)
         nn.init.zeros_(self.value_head.bias)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                position_ids: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor
+    ) -> torch.Tensor:
         hidden = self.backbone(
-            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
             use_cache=False,
         ).last_hidden_state  # (B, T, H)
         # clone: FSDP2 cannot hook a view returned by the root module (it warns of wrong gradients).
         return self.value_head(hidden).squeeze(-1).clone()  # (B, T)
 
 
-def load_value_model(path: str, trust_remote_code: bool = False, init_std: float = 0.0,
-                     seed: int = 0) -> ValueModel:
+def load_value_model(path: str, trust_remote_code: bool = False, init_std: float = 0.0, seed: int = 0) -> ValueModel:
     from transformers import AutoModel
 
     _check_dir(path, "Critic model")
     backbone = AutoModel.from_pretrained(
-        path, dtype=torch.float32, trust_remote_code=trust_remote_code, local_files_only=True,
+        path,
+        dtype=torch.float32,
+        trust_remote_code=trust_remote_code,
+        local_files_only=True,
         attn_implementation="sdpa",
     )
     with torch.random.fork_rng(devices=[]):

@@ -40,8 +40,14 @@ def load_reward_tokenizer(path: str, trust_remote_code: bool = False):
     return tokenizer
 
 
-def load_reward_model(path: str, trust_remote_code: bool = False, *, tokenizer_path: str | None = None,
-                      seed: int = 0, dtype: torch.dtype = torch.float32) -> tuple[nn.Module, object]:
+def load_reward_model(
+    path: str,
+    trust_remote_code: bool = False,
+    *,
+    tokenizer_path: str | None = None,
+    seed: int = 0,
+    dtype: torch.dtype = torch.float32,
+) -> tuple[nn.Module, object]:
     """``(model, tokenizer)``: a ``num_labels=1`` sequence classifier and its (right-padding) tokenizer.
 
     ``model.config.pad_token_id`` is set from the tokenizer, so that HF's pooling (the logit at the
@@ -56,12 +62,20 @@ def load_reward_model(path: str, trust_remote_code: bool = False, *, tokenizer_p
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model, info = AutoModelForSequenceClassification.from_pretrained(
-            path, num_labels=1, dtype=dtype, trust_remote_code=trust_remote_code, local_files_only=True,
-            attn_implementation="sdpa", output_loading_info=True,
+            path,
+            num_labels=1,
+            dtype=dtype,
+            trust_remote_code=trust_remote_code,
+            local_files_only=True,
+            attn_implementation="sdpa",
+            output_loading_info=True,
         )
     if info.get("missing_keys"):
-        logger.warning("Reward model '%s' lacks weights %s: they are randomly initialised (an untrained head?).",
-                       path, sorted(info["missing_keys"]))
+        logger.warning(
+            "Reward model '%s' lacks weights %s: they are randomly initialised (an untrained head?).",
+            path,
+            sorted(info["missing_keys"]),
+        )
     model.config.pad_token_id = tokenizer.pad_token_id
     text_config = model.config.get_text_config()
     if text_config is not model.config:
@@ -71,9 +85,16 @@ def load_reward_model(path: str, trust_remote_code: bool = False, *, tokenizer_p
     return model, tokenizer
 
 
-def build_tiny_reward_model(directory: str | Path, seed: int = 0, *, hidden_size: int = 32,
-                            num_hidden_layers: int = 2, num_attention_heads: int = 4,
-                            num_key_value_heads: int = 2, intermediate_size: int = 64) -> str:
+def build_tiny_reward_model(
+    directory: str | Path,
+    seed: int = 0,
+    *,
+    hidden_size: int = 32,
+    num_hidden_layers: int = 2,
+    num_attention_heads: int = 4,
+    num_key_value_heads: int = 2,
+    intermediate_size: int = 64,
+) -> str:
     """Save a tiny random ``Qwen2ForSequenceClassification`` (num_labels=1) + the tiny tokenizer."""
     from transformers import Qwen2ForSequenceClassification
 
@@ -82,8 +103,9 @@ def build_tiny_reward_model(directory: str | Path, seed: int = 0, *, hidden_size
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     tokenizer = build_tokenizer()
-    config = build_model_config(tokenizer, hidden_size, num_hidden_layers, num_attention_heads,
-                                num_key_value_heads, intermediate_size)
+    config = build_model_config(
+        tokenizer, hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads, intermediate_size
+    )
     config.num_labels = 1
     config.pad_token_id = tokenizer.pad_token_id
     with torch.random.fork_rng(devices=[]):

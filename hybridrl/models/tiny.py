@@ -27,13 +27,22 @@ def build_tokenizer():
     core.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
     core.decoder = decoders.Fuse()
     return PreTrainedTokenizerFast(
-        tokenizer_object=core, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>",
+        tokenizer_object=core,
+        pad_token="<pad>",
+        eos_token="<eos>",
+        unk_token="<unk>",
         padding_side="left",
     )
 
 
-def build_model_config(tokenizer, hidden_size: int, num_hidden_layers: int, num_attention_heads: int,
-                       num_key_value_heads: int, intermediate_size: int):
+def build_model_config(
+    tokenizer,
+    hidden_size: int,
+    num_hidden_layers: int,
+    num_attention_heads: int,
+    num_key_value_heads: int,
+    intermediate_size: int,
+):
     from transformers import Qwen2Config
 
     return Qwen2Config(
@@ -51,24 +60,38 @@ def build_model_config(tokenizer, hidden_size: int, num_hidden_layers: int, num_
     )
 
 
-def ensure_tiny_model(directory: str | Path, *, hidden_size: int, num_hidden_layers: int,
-                      num_attention_heads: int, num_key_value_heads: int, intermediate_size: int,
-                      seed: int) -> str:
+def ensure_tiny_model(
+    directory: str | Path,
+    *,
+    hidden_size: int,
+    num_hidden_layers: int,
+    num_attention_heads: int,
+    num_key_value_heads: int,
+    intermediate_size: int,
+    seed: int,
+) -> str:
     """Write the tiny model + tokenizer to ``directory`` unless the same spec is already there."""
     import torch
     from transformers import AutoModelForCausalLM
 
     directory = Path(directory)
-    spec = dict(hidden_size=hidden_size, num_hidden_layers=num_hidden_layers,
-                num_attention_heads=num_attention_heads, num_key_value_heads=num_key_value_heads,
-                intermediate_size=intermediate_size, seed=seed, characters="".join(CHARACTERS))
+    spec = dict(
+        hidden_size=hidden_size,
+        num_hidden_layers=num_hidden_layers,
+        num_attention_heads=num_attention_heads,
+        num_key_value_heads=num_key_value_heads,
+        intermediate_size=intermediate_size,
+        seed=seed,
+        characters="".join(CHARACTERS),
+    )
     marker = directory / _MARKER
     if marker.exists() and json.loads(marker.read_text()) == spec:
         return str(directory)
     directory.mkdir(parents=True, exist_ok=True)
     tokenizer = build_tokenizer()
-    config = build_model_config(tokenizer, hidden_size, num_hidden_layers, num_attention_heads,
-                                num_key_value_heads, intermediate_size)
+    config = build_model_config(
+        tokenizer, hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads, intermediate_size
+    )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_config(config)

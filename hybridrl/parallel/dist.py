@@ -37,13 +37,14 @@ def node_ip() -> str:
         return "127.0.0.1"
 
 
-def init_process_group(rank: int, world_size: int, master_addr: str, master_port: int,
-                       device: torch.device, timeout_s: float = 600.0) -> None:
-    os.environ.update(MASTER_ADDR=master_addr, MASTER_PORT=str(master_port),
-                      RANK=str(rank), WORLD_SIZE=str(world_size))
+def init_process_group(
+    rank: int, world_size: int, master_addr: str, master_port: int, device: torch.device, timeout_s: float = 600.0
+) -> None:
+    os.environ.update(MASTER_ADDR=master_addr, MASTER_PORT=str(master_port), RANK=str(rank), WORLD_SIZE=str(world_size))
     backend = "nccl" if device.type == "cuda" else "gloo"
-    dist.init_process_group(backend=backend, rank=rank, world_size=world_size,
-                            timeout=datetime.timedelta(seconds=timeout_s))
+    dist.init_process_group(
+        backend=backend, rank=rank, world_size=world_size, timeout=datetime.timedelta(seconds=timeout_s)
+    )
     logger.debug("rank %d/%d joined %s group at %s:%d", rank, world_size, backend, master_addr, master_port)
 
 

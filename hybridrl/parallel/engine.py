@@ -10,7 +10,8 @@ import contextlib
 import hashlib
 import logging
 import math
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
@@ -27,9 +28,15 @@ logger = logging.getLogger(__name__)
 
 
 class TrainEngine:
-    def __init__(self, model: nn.Module, device: torch.device, precision: str = "fp32",
-                 optim_cfg: Any | None = None, state_dict_fn: Callable[[nn.Module], dict] | None = None,
-                 loss_scaler: DynamicLossScaler | None = None) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        device: torch.device,
+        precision: str = "fp32",
+        optim_cfg: Any | None = None,
+        state_dict_fn: Callable[[nn.Module], dict] | None = None,
+        loss_scaler: DynamicLossScaler | None = None,
+    ) -> None:
         self.model = model
         self.loss_scaler = loss_scaler
         self.device = device
@@ -39,8 +46,11 @@ class TrainEngine:
         self.skipped_steps = 0
         if optim_cfg is not None:
             self.optimizer = torch.optim.AdamW(
-                [p for p in model.parameters() if p.requires_grad], lr=optim_cfg.lr,
-                betas=tuple(optim_cfg.betas), weight_decay=optim_cfg.weight_decay, eps=optim_cfg.eps,
+                [p for p in model.parameters() if p.requires_grad],
+                lr=optim_cfg.lr,
+                betas=tuple(optim_cfg.betas),
+                weight_decay=optim_cfg.weight_decay,
+                eps=optim_cfg.eps,
             )
         else:
             model.requires_grad_(False)
@@ -59,13 +69,16 @@ class TrainEngine:
         return True
 
     # -- forward / backward over micro-batches ------------------------------------------------------
-    def model_output(self, batch: "Batch") -> torch.Tensor:
+    def model_output(self, batch: Batch) -> torch.Tensor:
         """Logits (causal LM) or values (value model) for every position of ``batch``."""
-        out = self.model(input_ids=batch.tensors["input_ids"], attention_mask=batch.tensors["attention_mask"],
-                         position_ids=batch.tensors["position_ids"])
+        out = self.model(
+            input_ids=batch.tensors["input_ids"],
+            attention_mask=batch.tensors["attention_mask"],
+            position_ids=batch.tensors["position_ids"],
+        )
         return getattr(out, "logits", out)
 
-    def forward_micro_batches(self, micro: list["Batch"], head: Callable[[torch.Tensor, "Batch"], Any]) -> list[Any]:
+    def forward_micro_batches(self, micro: list[Batch], head: Callable[[torch.Tensor, Batch], Any]) -> list[Any]:
         """``head(output, micro_batch)`` for each micro-batch, without gradients (log-probs, values)."""
         results = []
         with torch.no_grad():
@@ -75,8 +88,9 @@ class TrainEngine:
                     results.append(head(self.model_output(mb), mb))
         return results
 
-    def forward_backward(self, micro: list["Batch"],
-                         loss_fn: Callable[[torch.Tensor, "Batch"], tuple[torch.Tensor, dict[str, float]]]) -> list[dict]:
+    def forward_backward(
+        self, micro: list[Batch], loss_fn: Callable[[torch.Tensor, Batch], tuple[torch.Tensor, dict[str, float]]]
+    ) -> list[dict]:
         """Accumulate the gradients of the mean of ``loss_fn`` over the micro-batches; return their metrics."""
         rows = []
         for mb in micro:
@@ -147,9 +161,19 @@ def state_digest(state: dict[str, torch.Tensor]) -> str:
     return digest.hexdigest()
 
 
-def make_engine(strategy: str, model: nn.Module, *, mesh: DeviceMesh, device: torch.device,
-                strategy_cfg: Any, precision: str, optim_cfg: Any | None, gradient_scale: float | None = None,
-                ranks_per_node: int | None = None, megatron_cfg: Any | None = None) -> TrainEngine:
+def make_engine(
+    strategy: str,
+    model: nn.Module,
+    *,
+    mesh: DeviceMesh,
+    device: torch.device,
+    strategy_cfg: Any,
+    precision: str,
+    optim_cfg: Any | None,
+    gradient_scale: float | None = None,
+    ranks_per_node: int | None = None,
+    megatron_cfg: Any | None = None,
+) -> TrainEngine:
     """Wrap ``model`` with the role's strategy. ``mesh`` is the group's 1-D mesh; strategies that need
     another layout (NO_SHARD, HYBRID_SHARD: 2-D; megatron: pp x dp x tp) build it from the same ranks.
     ``strategy_cfg`` is the role's ``fsdp`` section, ``megatron_cfg`` its ``parallel_config.megatron``."""
@@ -161,9 +185,17 @@ def make_engine(strategy: str, model: nn.Module, *, mesh: DeviceMesh, device: to
         if megatron_cfg is None:
             raise ValueError("strategy=megatron needs the role's parallel_config.megatron section.")
         layout = MegatronLayout(mesh.size(), megatron_cfg.tp_size, megatron_cfg.pp_size, mesh.get_rank())
-        return MegatronEngine(model, layout, device, sequence_parallel=megatron_cfg.sequence_parallel,
-                              schedule=megatron_cfg.pp_schedule, num_microbatches=megatron_cfg.pp_microbatches,
-                              precision=precision, optim_cfg=optim_cfg, loss_scaler=scaler)
+        return MegatronEngine(
+            model,
+            layout,
+            device,
+            sequence_parallel=megatron_cfg.sequence_parallel,
+            schedule=megatron_cfg.pp_schedule,
+            num_microbatches=megatron_cfg.pp_microbatches,
+            precision=precision,
+            optim_cfg=optim_cfg,
+            loss_scaler=scaler,
+        )
     if strategy != "fsdp":
         raise ValueError(f"Unknown strategy '{strategy}'; valid strategies: fsdp, megatron.")
     sharding = strategy_cfg.sharding_strategy
@@ -171,7 +203,13 @@ def make_engine(strategy: str, model: nn.Module, *, mesh: DeviceMesh, device: to
         group = strategy_cfg.get("shard_group_size") or ranks_per_node or mesh.size()
         mesh = fsdp_mesh(device.type, mesh.size(), sharding, group)
     model = model.to(device)
-    model = apply_fsdp(model, mesh, sharding, strategy_cfg.mixed_precision, strategy_cfg.cpu_offload,
-                       strategy_cfg.get("limit_all_gathers", True),
-                       param_dtype=torch.float16 if precision == "fp16" else torch.bfloat16)
+    model = apply_fsdp(
+        model,
+        mesh,
+        sharding,
+        strategy_cfg.mixed_precision,
+        strategy_cfg.cpu_offload,
+        strategy_cfg.get("limit_all_gathers", True),
+        param_dtype=torch.float16 if precision == "fp16" else torch.bfloat16,
+    )
     return TrainEngine(model, device, precision, optim_cfg, state_dict_fn=full_state_dict, loss_scaler=scaler)

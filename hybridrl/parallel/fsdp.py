@@ -46,17 +46,24 @@ def fsdp_mesh(device_type: str, world_size: int, sharding_strategy: str, shard_g
         shape = (world_size, 1)
     elif sharding_strategy == "HYBRID_SHARD":
         if shard_group_size < 1 or world_size % shard_group_size:
-            raise ValueError(f"HYBRID_SHARD: shard_group_size ({shard_group_size}) must divide the role's "
-                             f"{world_size} workers.")
+            raise ValueError(
+                f"HYBRID_SHARD: shard_group_size ({shard_group_size}) must divide the role's {world_size} workers."
+            )
         shape = (world_size // shard_group_size, shard_group_size)
     else:
         return init_device_mesh(device_type, (world_size,), mesh_dim_names=("shard",))
     return init_device_mesh(device_type, shape, mesh_dim_names=("replicate", "shard"))
 
 
-def apply_fsdp(model: nn.Module, mesh: DeviceMesh, sharding_strategy: str = "FULL_SHARD",
-               mixed_precision: bool = False, cpu_offload: bool = False, limit_all_gathers: bool = True,
-               param_dtype: torch.dtype = torch.bfloat16) -> nn.Module:
+def apply_fsdp(
+    model: nn.Module,
+    mesh: DeviceMesh,
+    sharding_strategy: str = "FULL_SHARD",
+    mixed_precision: bool = False,
+    cpu_offload: bool = False,
+    limit_all_gathers: bool = True,
+    param_dtype: torch.dtype = torch.bfloat16,
+) -> nn.Module:
     reshard = sharding_strategy in ("FULL_SHARD", "HYBRID_SHARD")
     kwargs = {"mesh": mesh, "reshard_after_forward": reshard}
     if mixed_precision:
@@ -70,8 +77,8 @@ def apply_fsdp(model: nn.Module, mesh: DeviceMesh, sharding_strategy: str = "FUL
     fully_shard(model, **kwargs)
     if not limit_all_gathers:
         for i, unit in enumerate(units):
-            unit.set_modules_to_forward_prefetch(units[i + 1:i + 3])
-            unit.set_modules_to_backward_prefetch(units[max(0, i - 2):i][::-1])
+            unit.set_modules_to_forward_prefetch(units[i + 1 : i + 3])
+            unit.set_modules_to_backward_prefetch(units[max(0, i - 2) : i][::-1])
     return model
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch.multiprocessing as mp
 
@@ -38,5 +39,6 @@ def run_ranks(fn: Callable[..., Any], world_size: int, *args: Any) -> None:
     """``fn(rank, world_size, *args)`` on each rank; raises if any rank fails. ``fn`` must be importable
     (a module-level function), since ranks are spawned processes, and must write its results itself
     (files): a rank leaves through ``os._exit`` once done."""
-    mp.start_processes(_entry, args=(fn, world_size, free_port(), args), nprocs=world_size,
-                       join=True, start_method="spawn")
+    mp.start_processes(
+        _entry, args=(fn, world_size, free_port(), args), nprocs=world_size, join=True, start_method="spawn"
+    )

@@ -11,7 +11,8 @@ from __future__ import annotations
 import logging
 import math
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -51,13 +52,14 @@ class _PipelineCall:
     """The last stage's per-micro-batch function for one pipeline pass: ``fn(output, rows)`` where the
     schedule's target is the row indices of the micro-batch, so the loss can use any column of the batch."""
 
-    def __init__(self, batch: Batch, seq: int, fn: Callable, train: bool, n: int,
-                 loss_scaler: DynamicLossScaler | None) -> None:
+    def __init__(
+        self, batch: Batch, seq: int, fn: Callable, train: bool, n: int, loss_scaler: DynamicLossScaler | None
+    ) -> None:
         self.batch, self.seq, self.fn, self.train, self.n, self.loss_scaler = batch, seq, fn, train, n, loss_scaler
         self.results: list[Any] = []
 
     def __call__(self, output: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-        value = self.fn(output[:, :self.seq], self.batch[rows])
+        value = self.fn(output[:, : self.seq], self.batch[rows])
         if not self.train:
             self.results.append(value)
             return output.new_zeros(())
@@ -68,9 +70,19 @@ class _PipelineCall:
 
 
 class MegatronEngine(TrainEngine):
-    def __init__(self, model: nn.Module, layout: MegatronLayout, device: torch.device, *, sequence_parallel: bool,
-                 schedule: str = "1F1B", num_microbatches: int | None = None, precision: str = "fp32",
-                 optim_cfg: Any | None = None, loss_scaler: DynamicLossScaler | None = None) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        layout: MegatronLayout,
+        device: torch.device,
+        *,
+        sequence_parallel: bool,
+        schedule: str = "1F1B",
+        num_microbatches: int | None = None,
+        precision: str = "fp32",
+        optim_cfg: Any | None = None,
+        loss_scaler: DynamicLossScaler | None = None,
+    ) -> None:
         self.layout = layout
         self.schedule = schedule
         self._schedules: dict[tuple, Any] = {}
@@ -82,8 +94,10 @@ class MegatronEngine(TrainEngine):
         self.pp_group = self.mesh["pp"].get_group()
         parts = decoder_parts(model)
         if layout.pp_size > 1 and getattr(parts.config, "tie_word_embeddings", False):
-            raise ValueError(f"pp_size={layout.pp_size}: this model ties its input and output embeddings, which "
-                             f"would live on different pipeline stages. Use tp_size, or strategy=fsdp.")
+            raise ValueError(
+                f"pp_size={layout.pp_size}: this model ties its input and output embeddings, which "
+                f"would live on different pipeline stages. Use tp_size, or strategy=fsdp."
+            )
         full = model.state_dict()
         self._full_meta = {name: (tuple(t.shape), t.dtype) for name, t in full.items()}
         ranges = stage_layer_ranges(parts.config.num_hidden_layers, layout.pp_size)
@@ -98,10 +112,13 @@ class MegatronEngine(TrainEngine):
         self.stage = DecoderStage(parts, layout.is_first_stage, layout.is_last_stage, tp_mesh, self.sequence_parallel)
         mine = set(model.state_dict())
         if mine != set(self._stage_names[layout.pp_rank]):
-            raise RuntimeError(f"Pipeline stage {layout.pp_rank} holds {sorted(mine ^ set(self._stage_names[layout.pp_rank]))[:4]} "
-                               f"unexpectedly: the model's parameter names do not follow the decoder layout.")
-        super().__init__(model, device, precision, optim_cfg, state_dict_fn=self._gather_full_state,
-                         loss_scaler=loss_scaler)
+            raise RuntimeError(
+                f"Pipeline stage {layout.pp_rank} holds {sorted(mine ^ set(self._stage_names[layout.pp_rank]))[:4]} "
+                f"unexpectedly: the model's parameter names do not follow the decoder layout."
+            )
+        super().__init__(
+            model, device, precision, optim_cfg, state_dict_fn=self._gather_full_state, loss_scaler=loss_scaler
+        )
 
     # -- layout --------------------------------------------------------------------------------
     @property
@@ -131,7 +148,7 @@ class MegatronEngine(TrainEngine):
 
     def model_output(self, batch: Batch) -> torch.Tensor:
         ids, mask, pos = self._pad_sequence(batch)
-        return self.stage(ids, mask, pos)[:, :batch.tensors["input_ids"].shape[1]]
+        return self.stage(ids, mask, pos)[:, : batch.tensors["input_ids"].shape[1]]
 
     def forward_micro_batches(self, micro: list[Batch], head: Callable[[torch.Tensor, Batch], Any]) -> list[Any]:
         if self.layout.pp_size == 1:
@@ -139,8 +156,9 @@ class MegatronEngine(TrainEngine):
         with torch.no_grad():
             return self._run_pipeline(micro, head, train=False)
 
-    def forward_backward(self, micro: list[Batch],
-                         loss_fn: Callable[[torch.Tensor, Batch], tuple[torch.Tensor, dict[str, float]]]) -> list[dict]:
+    def forward_backward(
+        self, micro: list[Batch], loss_fn: Callable[[torch.Tensor, Batch], tuple[torch.Tensor, dict[str, float]]]
+    ) -> list[dict]:
         if self.layout.pp_size == 1:
             return super().forward_backward(micro, loss_fn)
         return self._run_pipeline(micro, loss_fn, train=True)
@@ -165,7 +183,7 @@ class MegatronEngine(TrainEngine):
         # calls the loss on made-up inputs: the real micro-batches are the last ``n`` calls.
         return call.results[-n:] if call.results else []
 
-    def _schedule_for(self, shape: tuple[int, ...], n: int, train: bool, call: "_PipelineCall") -> Any:
+    def _schedule_for(self, shape: tuple[int, ...], n: int, train: bool, call: _PipelineCall) -> Any:
         """A stage and schedule per input shape: a stage fixes its activation shapes when first run."""
         from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
@@ -175,8 +193,9 @@ class MegatronEngine(TrainEngine):
             layout = self.layout
             stage = PipelineStage(self.stage, layout.pp_rank, layout.pp_size, self.device, group=self.pp_group)
             schedule_cls = ScheduleGPipe if self.schedule == "GPipe" else Schedule1F1B
-            self._schedules[key] = schedule_cls(stage, n_microbatches=n, loss_fn=lambda out, rows: self._call(out, rows),
-                                                scale_grads=False)
+            self._schedules[key] = schedule_cls(
+                stage, n_microbatches=n, loss_fn=lambda out, rows: self._call(out, rows), scale_grads=False
+            )
         return self._schedules[key]
 
     # -- optimizer step ------------------------------------------------------------------------
@@ -187,8 +206,9 @@ class MegatronEngine(TrainEngine):
         plain (replicated) parameters, and pipeline stages each hold a different part of the model."""
         for p in params:  # e.g. sequence-parallel norm weights: per-rank partial sums until reduced
             if _is_dtensor(p.grad) and any(pl.is_partial() for pl in p.grad.placements):
-                p.grad = p.grad.redistribute(placements=[Replicate() if pl.is_partial() else pl
-                                                         for pl in p.grad.placements])
+                p.grad = p.grad.redistribute(
+                    placements=[Replicate() if pl.is_partial() else pl for pl in p.grad.placements]
+                )
         if self.layout.dp_size > 1:
             self._all_reduce_dp([p.grad for p in params])
         sharded = torch.zeros((), dtype=torch.float64, device=self.device)
@@ -219,15 +239,14 @@ class MegatronEngine(TrainEngine):
         flat /= self.layout.dp_size
         offset = 0
         for g in locals_:
-            g.copy_(flat[offset:offset + g.numel()].view_as(g))
+            g.copy_(flat[offset : offset + g.numel()].view_as(g))
             offset += g.numel()
 
     # -- full weights --------------------------------------------------------------------------
     def _gather_full_state(self, model: nn.Module) -> dict[str, torch.Tensor]:
         """The whole model's Hugging Face state dict on every rank: tensor-parallel shards are gathered
         within the stage, then each stage broadcasts its tensors along the pipeline."""
-        local = {name: (t.full_tensor() if _is_dtensor(t) else t).detach()
-                 for name, t in model.state_dict().items()}
+        local = {name: (t.full_tensor() if _is_dtensor(t) else t).detach() for name, t in model.state_dict().items()}
         if self.layout.pp_size == 1:
             return local
         out: dict[str, torch.Tensor] = {}

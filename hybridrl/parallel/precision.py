@@ -11,8 +11,14 @@ import torch
 
 
 class DynamicLossScaler:
-    def __init__(self, init_scale: float = 512.0, growth_factor: float = 2.0, backoff_factor: float = 0.5,
-                 growth_interval: int = 200, min_scale: float = 1.0) -> None:
+    def __init__(
+        self,
+        init_scale: float = 512.0,
+        growth_factor: float = 2.0,
+        backoff_factor: float = 0.5,
+        growth_interval: int = 200,
+        min_scale: float = 1.0,
+    ) -> None:
         if init_scale <= 0:
             raise ValueError(f"gradient_scale={init_scale} must be positive.")
         self.scale = float(init_scale)

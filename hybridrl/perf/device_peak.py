@@ -126,8 +126,9 @@ def _synchronize(device: torch.device) -> None:
         sync()
 
 
-def calibrate_matmul_flops(device: torch.device | str, dtype: torch.dtype, size: int = 1024,
-                           repeats: int = 5, budget_s: float = 0.4) -> float:
+def calibrate_matmul_flops(
+    device: torch.device | str, dtype: torch.dtype, size: int = 1024, repeats: int = 5, budget_s: float = 0.4
+) -> float:
     """Best-of-``repeats`` FLOP/s of a ``size``x``size`` matmul on the current thread count.
 
     Bounded in time: the size grows from 128 by doubling only while the next size (8x the
@@ -170,9 +171,15 @@ def calibrate_matmul_flops(device: torch.device | str, dtype: torch.dtype, size:
     return flop / best
 
 
-def peak_flops(device_type: str, dtype: torch.dtype, device_name: str | None = None, *,
-               cache_path: Path | str | None = None, allow_tf32: bool | None = None,
-               calibration_size: int = 1024) -> tuple[float, str]:
+def peak_flops(
+    device_type: str,
+    dtype: torch.dtype,
+    device_name: str | None = None,
+    *,
+    cache_path: Path | str | None = None,
+    allow_tf32: bool | None = None,
+    calibration_size: int = 1024,
+) -> tuple[float, str]:
     """Peak FLOP/s for ``dtype`` matmuls on this device, and where the number came from.
 
     Source is ``"table:<entry>"`` for a listed GPU, else ``"calibrated"`` (just measured) or

@@ -30,8 +30,9 @@ class Straggler:
         return self.seconds / self.median if self.median > 0 else math.inf
 
 
-def find_stragglers(durations: Mapping[str, Sequence[float]], factor: float,
-                    min_seconds: float = 0.05) -> list[Straggler]:
+def find_stragglers(
+    durations: Mapping[str, Sequence[float]], factor: float, min_seconds: float = 0.05
+) -> list[Straggler]:
     """Flag, per call, the slowest rank if it took more than ``factor`` x the median and more
     than ``min_seconds`` (sub-``min_seconds`` calls are scheduling noise).
 
@@ -55,5 +56,7 @@ def find_stragglers(durations: Mapping[str, Sequence[float]], factor: float,
 def format_warning(role: str, straggler: Straggler, config_key: str = "trainer.straggler_factor") -> str:
     """One-line warning naming role, rank, call, time and ratio, and the knob that set the threshold."""
     s = straggler
-    return (f"role {role} rank {s.rank} took {s.seconds:.2f} s in {s.call}, "
-            f"{s.ratio:.1f}x the median {s.median:.2f} s ({config_key}={s.factor})")
+    return (
+        f"role {role} rank {s.rank} took {s.seconds:.2f} s in {s.call}, "
+        f"{s.ratio:.1f}x the median {s.median:.2f} s ({config_key}={s.factor})"
+    )

@@ -112,8 +112,13 @@ class ProcessSampler:
     cannot be measured are absent. ``process``, ``clock`` and ``num_cpus`` are injectable for tests.
     """
 
-    def __init__(self, process: psutil.Process | None = None, clock: Callable[[], float] = time.perf_counter,
-                 num_cpus: int | None = None, cuda: bool | None = None) -> None:
+    def __init__(
+        self,
+        process: psutil.Process | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+        num_cpus: int | None = None,
+        cuda: bool | None = None,
+    ) -> None:
         self._process = process if process is not None else psutil.Process()
         self._clock = clock
         self._num_cpus = num_cpus if num_cpus is not None else available_cpus()

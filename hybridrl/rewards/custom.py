@@ -27,9 +27,10 @@ import importlib.util
 import inspect
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any
 
 PARAMETERS = ("data_source", "solution_str", "ground_truth", "extra_info")
 _EXAMPLE = "def {name}(data_source, solution_str, ground_truth, extra_info=None): ..."
@@ -72,8 +73,9 @@ def _import_file(path: Path) -> ModuleType:
 
 
 def _public_callables(module: ModuleType) -> list[str]:
-    return sorted(n for n, v in vars(module).items()
-                  if callable(v) and not n.startswith("_") and not isinstance(v, ModuleType))
+    return sorted(
+        n for n, v in vars(module).items() if callable(v) and not n.startswith("_") and not isinstance(v, ModuleType)
+    )
 
 
 def _call_mode(fn: Callable, path: Path, name: str) -> str:
@@ -127,8 +129,9 @@ class CustomRewardFn:
 
     def __call__(self, data_source: str, solution_str: str, ground_truth: Any, extra_info: Any = None) -> Any:
         if self._mode == "keyword":
-            result = self._fn(data_source=data_source, solution_str=solution_str,
-                              ground_truth=ground_truth, extra_info=extra_info)
+            result = self._fn(
+                data_source=data_source, solution_str=solution_str, ground_truth=ground_truth, extra_info=extra_info
+            )
         else:
             result = self._fn(data_source, solution_str, ground_truth, extra_info)
         if isinstance(result, dict) and "score" in result:  # verl lets reward fns return extra info

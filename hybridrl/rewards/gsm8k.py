@@ -60,8 +60,9 @@ def extract_solution(solution_str: str, method: str = "strict") -> str | None:
     return None
 
 
-def compute_score(solution_str: str, ground_truth: str, method: str = "strict",
-                  format_score: float = 0.0, score: float = 1.0) -> float:
+def compute_score(
+    solution_str: str, ground_truth: str, method: str = "strict", format_score: float = 0.0, score: float = 1.0
+) -> float:
     """``score`` if the extracted answer equals ``ground_truth``, ``format_score`` if it differs, else 0."""
     answer = extract_solution(solution_str, method=method)
     if answer is None:

@@ -41,10 +41,10 @@ def last_boxed_only_string(string: str) -> str | None:
             elif string[j] == "}":
                 depth -= 1
                 if depth == 0:
-                    return string[start:j + 1]
+                    return string[start : j + 1]
         return None
     if string.startswith(" ", i):
-        rest = re.split(r"[$\n]", string[i + 1:], maxsplit=1)[0].strip()
+        rest = re.split(r"[$\n]", string[i + 1 :], maxsplit=1)[0].strip()
         return f"{command} {rest}" if rest else None
     return None
 
@@ -53,9 +53,9 @@ def remove_boxed(s: str) -> str:
     """``\\boxed{x}`` / ``\\fbox{x}`` / ``\\boxed x`` -> ``x``."""
     for command in _BOX_COMMANDS:
         if s.startswith(command + " "):
-            return s[len(command) + 1:]
+            return s[len(command) + 1 :]
         if s.startswith(command + "{") and s.endswith("}"):
-            return s[len(command) + 1:-1]
+            return s[len(command) + 1 : -1]
     raise ValueError(f"{s!r} is not a \\boxed{{...}} or \\fbox{{...}} expression.")
 
 
@@ -77,7 +77,7 @@ def _fix_fracs(string: str) -> str:
                         end = j
                         break
                 if end is not None and end + 1 < len(part) and part[end + 1] not in "{\\":
-                    part = part[:end + 1] + "{" + part[end + 1] + "}" + part[end + 2:]
+                    part = part[: end + 1] + "{" + part[end + 1] + "}" + part[end + 2 :]
             out += part
             continue
         if len(part) < 2 or part[0] == "\\":  # "\frac1" / "\frac\pi2": keep as written

@@ -7,7 +7,8 @@ so a user's verl reward function ports unchanged.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 RewardFn = Callable[[str, str, Any, Any], float]
 REWARD_FNS: dict[str, RewardFn] = {}
@@ -27,14 +28,13 @@ def register_reward(name: str) -> Callable[[RewardFn], RewardFn]:
 
 def get_reward_fn(data_source: str) -> RewardFn:
     if data_source not in REWARD_FNS:
-        raise ValueError(
-            f"No reward function for data_source '{data_source}'; registered: {sorted(REWARD_FNS)}."
-        )
+        raise ValueError(f"No reward function for data_source '{data_source}'; registered: {sorted(REWARD_FNS)}.")
     return REWARD_FNS[data_source]
 
 
-def score_one(fn: RewardFn, index: int, data_source: str, response: str, ground_truth: Any,
-              extra_info: Any = None) -> float:
+def score_one(
+    fn: RewardFn, index: int, data_source: str, response: str, ground_truth: Any, extra_info: Any = None
+) -> float:
     """One sample's score; a failure names the function and the sample instead of scoring 0."""
     name = getattr(fn, "__qualname__", repr(fn))
     try:

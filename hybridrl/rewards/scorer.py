@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from hybridrl.rewards.registry import RewardError, RewardFn, get_reward_fn, score_one
 
@@ -23,7 +24,7 @@ class RewardScorer:
         self._warned = 0
 
     @classmethod
-    def from_config(cls, cfg: Any) -> "RewardScorer":
+    def from_config(cls, cfg: Any) -> RewardScorer:
         custom = None
         if cfg.custom_reward_function.path:
             from hybridrl.rewards.custom import load_reward_fn
@@ -31,8 +32,13 @@ class RewardScorer:
             custom = load_reward_fn(cfg.custom_reward_function.path, cfg.custom_reward_function.name)
         return cls(custom, cfg.reward.on_error, cfg.reward.failure_score)
 
-    def score(self, data_sources: Sequence[str], responses: Sequence[str], ground_truths: Sequence[Any],
-              extra_infos: Sequence[Any] | None = None) -> tuple[list[float], int]:
+    def score(
+        self,
+        data_sources: Sequence[str],
+        responses: Sequence[str],
+        ground_truths: Sequence[Any],
+        extra_infos: Sequence[Any] | None = None,
+    ) -> tuple[list[float], int]:
         """Scores and the number of samples that failed (0 unless on_error="fail")."""
         extra_infos = extra_infos if extra_infos is not None else [None] * len(responses)
         scores, failed = [], 0

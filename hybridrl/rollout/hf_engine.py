@@ -11,8 +11,9 @@ import torch
 from torch import nn
 
 
-def response_mask_from(responses: torch.Tensor, eos_token_id: int | list[int] | None,
-                       pad_token_id: int) -> torch.Tensor:
+def response_mask_from(
+    responses: torch.Tensor, eos_token_id: int | list[int] | None, pad_token_id: int
+) -> torch.Tensor:
     """1 up to and including the first EOS of each row, 0 after it."""
     # responses: (B, R)
     eos_ids = [] if eos_token_id is None else ([eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id))
@@ -47,20 +48,37 @@ class HFRolloutEngine:
             raise RuntimeError(f"Weight hand-over mismatch: missing={missing} unexpected={unexpected}")
 
     @torch.no_grad()
-    def generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, *, max_new_tokens: int,
-                 do_sample: bool, temperature: float, top_k: int, top_p: float,
-                 seed: int) -> dict[str, torch.Tensor]:
+    def generate(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        *,
+        max_new_tokens: int,
+        do_sample: bool,
+        temperature: float,
+        top_k: int,
+        top_p: float,
+        seed: int,
+    ) -> dict[str, torch.Tensor]:
         """Sample responses for left-padded prompts; outputs are padded to ``max_new_tokens``."""
         # input_ids, attention_mask: (B, P)
         generator_state = torch.random.get_rng_state()
         torch.manual_seed(seed)
         try:
-            sampling = dict(do_sample=True, temperature=temperature, top_k=top_k or None, top_p=top_p) \
-                if do_sample else dict(do_sample=False, temperature=None, top_k=None, top_p=None)
+            sampling = (
+                dict(do_sample=True, temperature=temperature, top_k=top_k or None, top_p=top_p)
+                if do_sample
+                else dict(do_sample=False, temperature=None, top_k=None, top_p=None)
+            )
             out = self.model.generate(
-                input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=max_new_tokens,
-                min_new_tokens=0, pad_token_id=self.pad_token_id, eos_token_id=self.eos_token_id,
-                use_cache=True, **sampling,
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                max_new_tokens=max_new_tokens,
+                min_new_tokens=0,
+                pad_token_id=self.pad_token_id,
+                eos_token_id=self.eos_token_id,
+                use_cache=True,
+                **sampling,
             )
         finally:
             torch.random.set_rng_state(generator_state)

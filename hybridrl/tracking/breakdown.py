@@ -12,20 +12,34 @@ key selection on the driver). New driver phases (checkpointing, validation, ...)
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 TIMING_PREFIX = "timing_s/"
 
 #: ``timing_s/*`` keys that are not top-level phases, so adding them to the phases would count time
 #: twice: the whole step itself, and sub-phases measured on the workers that sit *inside* another
 #: phase (``weight_sync`` and ``generate_worker`` are both parts of ``gen``).
-TOP_LEVEL_EXCLUDED: frozenset[str] = frozenset({
-    "timing_s/step", "timing_s/weight_sync", "timing_s/generate_worker",
-})
+TOP_LEVEL_EXCLUDED: frozenset[str] = frozenset(
+    {
+        "timing_s/step",
+        "timing_s/weight_sync",
+        "timing_s/generate_worker",
+    }
+)
 
 #: Known phases in step order; phases not listed here follow, alphabetically, so tables stay stable.
 PHASE_ORDER: tuple[str, ...] = (
-    "data", "gen", "gen_max", "reward", "old_log_prob", "ref", "values", "adv", "update_critic", "update_actor",
+    "data",
+    "gen",
+    "gen_max",
+    "reward",
+    "old_log_prob",
+    "ref",
+    "values",
+    "adv",
+    "update_critic",
+    "update_actor",
 )
 
 Breakdown = list[tuple[str, float, float]]
@@ -51,8 +65,7 @@ def as_number(value: Any) -> float | None:
 
 def top_level_phases(rows: Iterable[Mapping[str, Any]]) -> list[str]:
     """The ``timing_s/*`` keys present in ``rows`` that are top-level phases, in the stable order."""
-    present = {key for row in rows for key in row
-               if key.startswith(TIMING_PREFIX) and key not in TOP_LEVEL_EXCLUDED}
+    present = {key for row in rows for key in row if key.startswith(TIMING_PREFIX) and key not in TOP_LEVEL_EXCLUDED}
     known = [TIMING_PREFIX + name for name in PHASE_ORDER if TIMING_PREFIX + name in present]
     return known + sorted(present - set(known))
 
@@ -71,7 +84,7 @@ def mean_of(rows: Sequence[Mapping[str, Any]], key: str) -> float:
 def _window(rows: Sequence[Mapping[str, Any]], skip_first: int) -> Sequence[Mapping[str, Any]]:
     # When skipping would leave nothing (a run of one step), use every row: a table with the warm-up
     # included says more than no table.
-    kept = rows[max(0, skip_first):]
+    kept = rows[max(0, skip_first) :]
     return kept if kept else rows
 
 
@@ -93,7 +106,7 @@ def phase_breakdown(rows: Sequence[Mapping[str, Any]], skip_first: int = 0) -> B
     def pct(seconds: float) -> float:
         return 100.0 * seconds / step if step > 0 and math.isfinite(step) else 0.0
 
-    table = [(key[len(TIMING_PREFIX):], seconds, pct(seconds)) for key, seconds in phases]
+    table = [(key[len(TIMING_PREFIX) :], seconds, pct(seconds)) for key, seconds in phases]
     other = step - phase_sum
     table.append(("other", other, pct(other)))
     table.append(("step", step, 100.0))
@@ -103,9 +116,8 @@ def phase_breakdown(rows: Sequence[Mapping[str, Any]], skip_first: int = 0) -> B
 def sub_phase_means(rows: Sequence[Mapping[str, Any]], skip_first: int = 0) -> list[tuple[str, float]]:
     """Mean seconds of the worker-side sub-phases present (those inside another phase), by name."""
     window = _window(rows, skip_first)
-    names = sorted(key for key in TOP_LEVEL_EXCLUDED - {"timing_s/step"}
-                   if any(key in row for row in window))
-    return [(key[len(TIMING_PREFIX):], mean_of(window, key)) for key in names]
+    names = sorted(key for key in TOP_LEVEL_EXCLUDED - {"timing_s/step"} if any(key in row for row in window))
+    return [(key[len(TIMING_PREFIX) :], mean_of(window, key)) for key in names]
 
 
 def format_breakdown(rows: Sequence[Any], skip_first: int = 0) -> str:

@@ -11,9 +11,10 @@ from __future__ import annotations
 import importlib
 import re
 import time
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 from hybridrl.tracking.breakdown import as_number
 
@@ -33,11 +34,15 @@ def require(name: str) -> ModuleType:
         extra = EXTRAS.get(name, name)
         missing = getattr(exc, "name", None)
         if isinstance(exc, ModuleNotFoundError) and (missing == name or (missing or "").startswith(name + ".")):
-            message = (f"trainer.logger includes '{name}' but the {name} package is not installed: "
-                       f"pip install 'hybridrl[{extra}]'")
+            message = (
+                f"trainer.logger includes '{name}' but the {name} package is not installed: "
+                f"pip install 'hybridrl[{extra}]'"
+            )
         else:  # installed but broken (a dependency of it is missing or incompatible)
-            message = (f"trainer.logger includes '{name}' but importing {name} failed ({exc}); "
-                       f"reinstall it with: pip install --force-reinstall 'hybridrl[{extra}]'")
+            message = (
+                f"trainer.logger includes '{name}' but importing {name} failed ({exc}); "
+                f"reinstall it with: pip install --force-reinstall 'hybridrl[{extra}]'"
+            )
         raise MissingTrackerError(message, name=name) from exc
 
 
@@ -90,8 +95,9 @@ class MlflowTracker:
     so it neither depends on nor disturbs a run the calling process may already have active.
     """
 
-    def __init__(self, experiment: str, run_name: str, config_dict: dict[str, Any],
-                 tracking_uri_dir: str | Path) -> None:
+    def __init__(
+        self, experiment: str, run_name: str, config_dict: dict[str, Any], tracking_uri_dir: str | Path
+    ) -> None:
         mlflow = require("mlflow")
         store = Path(tracking_uri_dir).resolve()
         store.mkdir(parents=True, exist_ok=True)
@@ -100,17 +106,21 @@ class MlflowTracker:
         found = self._client.get_experiment_by_name(experiment)
         experiment_id = found.experiment_id if found is not None else self._client.create_experiment(experiment)
         self._run_id = self._client.create_run(experiment_id, run_name=run_name).info.run_id
-        params = [self._entities.Param(_MLFLOW_BAD_CHARS.sub("_", key), value[:_MLFLOW_PARAM_CHARS])
-                  for key, value in _flatten(config_dict)]
+        params = [
+            self._entities.Param(_MLFLOW_BAD_CHARS.sub("_", key), value[:_MLFLOW_PARAM_CHARS])
+            for key, value in _flatten(config_dict)
+        ]
         for start in range(0, len(params), _MLFLOW_BATCH):
-            self._client.log_batch(self._run_id, params=params[start:start + _MLFLOW_BATCH])
+            self._client.log_batch(self._run_id, params=params[start : start + _MLFLOW_BATCH])
 
     def log(self, metrics: dict[str, Any], step: int) -> None:
         now = int(time.time() * 1000)
-        batch = [self._entities.Metric(_MLFLOW_BAD_CHARS.sub("_", key), value, now, step)
-                 for key, value in numeric_metrics(metrics).items()]
+        batch = [
+            self._entities.Metric(_MLFLOW_BAD_CHARS.sub("_", key), value, now, step)
+            for key, value in numeric_metrics(metrics).items()
+        ]
         for start in range(0, len(batch), _MLFLOW_BATCH):
-            self._client.log_batch(self._run_id, metrics=batch[start:start + _MLFLOW_BATCH])
+            self._client.log_batch(self._run_id, metrics=batch[start : start + _MLFLOW_BATCH])
 
     def close(self) -> None:
         self._client.set_terminated(self._run_id)

@@ -13,11 +13,11 @@ import html
 import io
 import json
 import math
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
-from hybridrl.tracking.breakdown import (as_number, mean_of, phase_breakdown, sub_phase_means,
-                                         top_level_phases)
+from hybridrl.tracking.breakdown import as_number, mean_of, phase_breakdown, sub_phase_means, top_level_phases
 
 # The breakdown leaves the first step out: it pays one-time costs (warm-up, first hand-over).
 BREAKDOWN_SKIP_FIRST = 1
@@ -49,8 +49,9 @@ def read_metrics(path: Path) -> tuple[Rows, int]:
     Raises FileNotFoundError / ValueError (naming the path) when there is nothing to report on.
     """
     if not path.is_file():
-        raise FileNotFoundError(f"no metrics file at {path} (is this a hybridrl run directory with "
-                                f"'jsonl' in trainer.logger?)")
+        raise FileNotFoundError(
+            f"no metrics file at {path} (is this a hybridrl run directory with 'jsonl' in trainer.logger?)"
+        )
     rows: Rows = []
     bad = 0
     for line in path.read_text(encoding="utf-8").splitlines():
@@ -131,13 +132,17 @@ def _line_with_band(rows: Rows, key: str, label: str, lo_key: str, hi_key: str) 
     def draw(ax: Any) -> None:
         xs, ys = _series(rows, key)
         ax.plot(xs, ys, marker="." if len(xs) < 50 else None, label=label)
-        band = [(_step(r, i), as_number(r.get(lo_key)), as_number(r.get(hi_key)))
-                for i, r in enumerate(rows)]
-        band = [(x, lo, hi) for x, lo, hi in band if lo is not None and hi is not None
-                and math.isfinite(lo) and math.isfinite(hi)]
+        band = [(_step(r, i), as_number(r.get(lo_key)), as_number(r.get(hi_key))) for i, r in enumerate(rows)]
+        band = [
+            (x, lo, hi)
+            for x, lo, hi in band
+            if lo is not None and hi is not None and math.isfinite(lo) and math.isfinite(hi)
+        ]
         if band:
-            ax.fill_between([b[0] for b in band], [b[1] for b in band], [b[2] for b in band],
-                            alpha=0.2, label="min-max")
+            ax.fill_between(
+                [b[0] for b in band], [b[1] for b in band], [b[2] for b in band], alpha=0.2, label="min-max"
+            )
+
     return draw
 
 
@@ -146,6 +151,7 @@ def _lines(rows: Rows, keys: Sequence[str]) -> Callable[[Any], None]:
         for key in keys:
             xs, ys = _series(rows, key)
             ax.plot(xs, ys, marker="." if len(xs) < 50 else None, label=key)
+
     return draw
 
 
@@ -157,6 +163,7 @@ def _stacked_phases(rows: Rows, phases: Sequence[str]) -> Callable[[Any], None]:
         xs, ys = _series(rows, "timing_s/step")
         if xs:
             ax.plot(xs, ys, color="black", linestyle="--", linewidth=1, label="step (total)")
+
     return draw
 
 
@@ -165,41 +172,68 @@ def _plots(rows: Rows) -> list[tuple[str, str | None, str]]:
     plotter = _Plotter()
     out: list[tuple[str, str | None, str]] = []
 
-    def add(title: str, needed: Sequence[str], make: Callable[[], Panels], caption: str,
-            legend_outside: bool = False) -> None:
+    def add(
+        title: str, needed: Sequence[str], make: Callable[[], Panels], caption: str, legend_outside: bool = False
+    ) -> None:
         if not any(_has(rows, key) for key in needed):
             out.append((title, None, f"Skipped: no {' / '.join(needed)} in metrics.jsonl."))
             return
         out.append((title, plotter.png(make(), legend_outside), caption))
 
-    add("Reward", ["critic/score/mean"],
-        lambda: [(_line_with_band(rows, "critic/score/mean", "score mean", "critic/score/min",
-                                  "critic/score/max"), "task score")],
+    add(
+        "Reward",
+        ["critic/score/mean"],
+        lambda: [
+            (
+                _line_with_band(rows, "critic/score/mean", "score mean", "critic/score/min", "critic/score/max"),
+                "task score",
+            )
+        ],
         "critic/score/mean: mean task score of the step's responses, before any KL penalty "
-        "(band: min to max over responses).")
+        "(band: min to max over responses).",
+    )
     kl_keys = ("actor/reward_kl_penalty", "actor/kl_loss", "actor/ppo_kl")
-    add("KL", kl_keys,
+    add(
+        "KL",
+        kl_keys,
         lambda: [(_lines(rows, [key]), key.split("/", 1)[1]) for key in kl_keys if _has(rows, key)],
         "reward_kl_penalty: KL to the reference model inside the reward; kl_loss: the KL term of the "
-        "actor loss; ppo_kl: how far each update moved the policy from the one that generated the rollouts.")
+        "actor loss; ppo_kl: how far each update moved the policy from the one that generated the rollouts.",
+    )
     entropy_keys = ("actor/entropy", "actor/entropy_before_update")
-    add("Entropy", entropy_keys,
+    add(
+        "Entropy",
+        entropy_keys,
         lambda: [(_lines(rows, [key for key in entropy_keys if _has(rows, key)]), "nats / token")],
-        "Policy entropy per response token; a fast fall means the policy is collapsing onto few answers.")
-    add("Response length", ["response_length/mean"],
-        lambda: [(_line_with_band(rows, "response_length/mean", "mean", "response_length/min",
-                                  "response_length/max"), "tokens")],
-        "Response length in tokens, EOS included (band: min to max).")
+        "Policy entropy per response token; a fast fall means the policy is collapsing onto few answers.",
+    )
+    add(
+        "Response length",
+        ["response_length/mean"],
+        lambda: [
+            (
+                _line_with_band(rows, "response_length/mean", "mean", "response_length/min", "response_length/max"),
+                "tokens",
+            )
+        ],
+        "Response length in tokens, EOS included (band: min to max).",
+    )
     phases = top_level_phases(rows)
-    add("Phase times", phases or ["timing_s/<phase>"],
+    add(
+        "Phase times",
+        phases or ["timing_s/<phase>"],
         lambda: [(_stacked_phases(rows, phases), "seconds")],
         "Top-level phases stacked per step; the gap up to the dashed line is driver time outside them.",
-        legend_outside=True)
+        legend_outside=True,
+    )
     throughput_keys = ("perf/throughput", "perf/gen_tokens_per_s")
-    add("Throughput", throughput_keys,
+    add(
+        "Throughput",
+        throughput_keys,
         lambda: [(_lines(rows, [key]), "tokens / s") for key in throughput_keys if _has(rows, key)],
         "perf/throughput: prompt + response tokens per second per worker (verl's definition); "
-        "perf/gen_tokens_per_s: response tokens per second of the whole step.")
+        "perf/gen_tokens_per_s: response tokens per second of the whole step.",
+    )
     return out
 
 
@@ -236,9 +270,13 @@ def _summary_html(rows: Rows, summary: dict[str, Any] | None, skipped_lines: int
         for key, value in summary.items():
             if key != "wall_s":
                 items.append((f"summary.json: {key}", _fmt(value)))
-    body = "".join(f"<tr><th>{esc(k)}</th><td class=\"num\">{esc(v)}</td></tr>" for k, v in items)
-    note = (f'<p class="note">{skipped_lines} unreadable line(s) in metrics.jsonl were skipped '
-            f"(a crash can leave the last one half-written).</p>" if skipped_lines else "")
+    body = "".join(f'<tr><th>{esc(k)}</th><td class="num">{esc(v)}</td></tr>' for k, v in items)
+    note = (
+        f'<p class="note">{skipped_lines} unreadable line(s) in metrics.jsonl were skipped '
+        f"(a crash can leave the last one half-written).</p>"
+        if skipped_lines
+        else ""
+    )
     return f"<table>{body}</table>{note}"
 
 
@@ -248,20 +286,28 @@ def _breakdown_html(rows: Rows) -> str:
     if not table:
         return '<p class="note">No timing_s/* metrics: no breakdown.</p>'
     used = len(rows) - BREAKDOWN_SKIP_FIRST if len(rows) > BREAKDOWN_SKIP_FIRST else len(rows)
-    caption = (f"Mean over {used} step(s), the first left out (one-time costs)." if len(rows) > BREAKDOWN_SKIP_FIRST
-               else "Mean over the only step, warm-up included.")
+    caption = (
+        f"Mean over {used} step(s), the first left out (one-time costs)."
+        if len(rows) > BREAKDOWN_SKIP_FIRST
+        else "Mean over the only step, warm-up included."
+    )
     lines = ['<table><tr><th>phase</th><th class="num">seconds</th><th class="num">% of step</th></tr>']
     for name, seconds, share in table:
         cls = ' class="total"' if name == "step" else ""
-        lines.append(f'<tr{cls}><td>{esc(name)}</td><td class="num">{seconds:.3f}</td>'
-                     f'<td class="num">{share:.1f}%</td></tr>')
+        lines.append(
+            f'<tr{cls}><td>{esc(name)}</td><td class="num">{seconds:.3f}</td><td class="num">{share:.1f}%</td></tr>'
+        )
     lines.append("</table>")
-    lines.append(f'<p class="meta">{esc(caption)} "other" is the step minus the phases: collation and '
-                 f"key selection on the driver.</p>")
+    lines.append(
+        f'<p class="meta">{esc(caption)} "other" is the step minus the phases: collation and '
+        f"key selection on the driver.</p>"
+    )
     subs = sub_phase_means(rows, skip_first=BREAKDOWN_SKIP_FIRST)
     if subs:
-        lines.append(('<p class="meta">Measured on the workers, slowest rank, inside the phases above and already '
-                     'counted there (weight_sync and generate_worker are parts of gen):</p><table>'))
+        lines.append(
+            '<p class="meta">Measured on the workers, slowest rank, inside the phases above and already '
+            "counted there (weight_sync and generate_worker are parts of gen):</p><table>"
+        )
         lines.extend(f'<tr><td>{esc(name)}</td><td class="num">{seconds:.3f} s</td></tr>' for name, seconds in subs)
         lines.append("</table>")
     return "\n".join(lines)
@@ -289,13 +335,22 @@ def write_report(run_dir: Path, out: Path | None = None) -> Path:
     esc = html.escape
     title = f"hybridrl run report: {run_dir.resolve().name}"
     parts = [
-        "<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
-        f"<title>{esc(title)}</title>", f"<style>{_CSS}</style>", "</head>", "<body>",
+        "<!DOCTYPE html>",
+        '<html lang="en">',
+        "<head>",
+        '<meta charset="utf-8">',
+        f"<title>{esc(title)}</title>",
+        f"<style>{_CSS}</style>",
+        "</head>",
+        "<body>",
         f"<h1>{esc(title)}</h1>",
         f'<p class="meta">{esc(str(run_dir.resolve()))} &middot; generated '
         f"{esc(datetime.datetime.now().strftime('%Y-%m-%d %H:%M:%S'))}</p>",
-        "<h2>Summary</h2>", _summary_html(rows, summary, skipped_lines), summary_note,
-        "<h2>Where the step time goes</h2>", _breakdown_html(rows),
+        "<h2>Summary</h2>",
+        _summary_html(rows, summary, skipped_lines),
+        summary_note,
+        "<h2>Where the step time goes</h2>",
+        _breakdown_html(rows),
         "<h2>Curves</h2>",
     ]
     for plot_title, png, caption in _plots(rows):
@@ -303,8 +358,10 @@ def write_report(run_dir: Path, out: Path | None = None) -> Path:
         if png is None:
             parts.append(f'<p class="note">{esc(caption)}</p>')
         else:
-            parts.append(f'<figure><img src="data:image/png;base64,{png}" alt="{esc(plot_title, quote=True)}">'
-                         f"<figcaption>{esc(caption)}</figcaption></figure>")
+            parts.append(
+                f'<figure><img src="data:image/png;base64,{png}" alt="{esc(plot_title, quote=True)}">'
+                f"<figcaption>{esc(caption)}</figcaption></figure>"
+            )
     parts.append("<h2>Resolved config</h2>")
     if config_text is None:
         parts.append(f'<p class="note">No config.yaml in {esc(str(run_dir))}.</p>')

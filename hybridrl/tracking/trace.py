@@ -16,7 +16,7 @@ class TraceWriter:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = open(self.path, "w", encoding="utf-8")
+        self._file = open(self.path, "w", encoding="utf-8")  # noqa: SIM115 - open for the tracker's life, closed by close()
         self._file.write("[\n")
         self._first = True
         self._pids: dict[str, int] = {}
@@ -29,22 +29,52 @@ class TraceWriter:
     def _pid(self, process: str) -> int:
         if process not in self._pids:
             self._pids[process] = len(self._pids) + 1
-            self._write({"ph": "M", "name": "process_name", "pid": self._pids[process], "tid": 0,
-                         "args": {"name": process}})
-            self._write({"ph": "M", "name": "process_sort_index", "pid": self._pids[process], "tid": 0,
-                         "args": {"sort_index": self._pids[process]}})
+            self._write(
+                {"ph": "M", "name": "process_name", "pid": self._pids[process], "tid": 0, "args": {"name": process}}
+            )
+            self._write(
+                {
+                    "ph": "M",
+                    "name": "process_sort_index",
+                    "pid": self._pids[process],
+                    "tid": 0,
+                    "args": {"sort_index": self._pids[process]},
+                }
+            )
         return self._pids[process]
 
-    def span(self, process: str, thread: int, name: str, start: float, end: float,
-             args: dict[str, Any] | None = None, thread_name: str | None = None) -> None:
+    def span(
+        self,
+        process: str,
+        thread: int,
+        name: str,
+        start: float,
+        end: float,
+        args: dict[str, Any] | None = None,
+        thread_name: str | None = None,
+    ) -> None:
         """A complete event; ``start``/``end`` are wall-clock seconds since the epoch."""
         pid = self._pid(process)
         if (pid, thread) not in self._threads:
             self._threads.add((pid, thread))
-            self._write({"ph": "M", "name": "thread_name", "pid": pid, "tid": thread,
-                         "args": {"name": thread_name or f"rank {thread}"}})
-        event = {"ph": "X", "name": name, "cat": process, "pid": pid, "tid": thread,
-                 "ts": start * 1e6, "dur": max(0.0, end - start) * 1e6}
+            self._write(
+                {
+                    "ph": "M",
+                    "name": "thread_name",
+                    "pid": pid,
+                    "tid": thread,
+                    "args": {"name": thread_name or f"rank {thread}"},
+                }
+            )
+        event = {
+            "ph": "X",
+            "name": name,
+            "cat": process,
+            "pid": pid,
+            "tid": thread,
+            "ts": start * 1e6,
+            "dur": max(0.0, end - start) * 1e6,
+        }
         if args:
             event["args"] = args
         self._write(event)

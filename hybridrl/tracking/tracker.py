@@ -12,10 +12,16 @@ logger = logging.getLogger("hybridrl.train")
 
 # Phases shown on the console line, in step order: (metric, short label).
 CONSOLE_PHASES = [
-    ("timing_s/gen", "gen"), ("timing_s/reward", "reward"), ("timing_s/old_log_prob", "old_lp"),
-    ("timing_s/ref", "ref"), ("timing_s/values", "values"), ("timing_s/adv", "adv"),
-    ("timing_s/update_critic", "critic"), ("timing_s/update_actor", "actor"),
-    ("timing_s/validation", "val"), ("timing_s/checkpoint", "ckpt"),
+    ("timing_s/gen", "gen"),
+    ("timing_s/reward", "reward"),
+    ("timing_s/old_log_prob", "old_lp"),
+    ("timing_s/ref", "ref"),
+    ("timing_s/values", "values"),
+    ("timing_s/adv", "adv"),
+    ("timing_s/update_critic", "critic"),
+    ("timing_s/update_actor", "actor"),
+    ("timing_s/validation", "val"),
+    ("timing_s/checkpoint", "ckpt"),
 ]
 
 
@@ -25,7 +31,7 @@ class JsonlTracker:
         self.path = path
         self.path.parent.mkdir(parents=True, exist_ok=True)
         kept = read_rows(path, resume_step) if resume_step is not None else []
-        self._file = open(self.path, "w", encoding="utf-8")
+        self._file = open(self.path, "w", encoding="utf-8")  # noqa: SIM115 - open for the tracker's life, closed by close()
         for row in kept:
             self._file.write(json.dumps(row) + "\n")
         self._file.flush()
@@ -55,8 +61,10 @@ class ConsoleTracker:
         score = metrics.get("critic/score/mean", float("nan"))
         length = metrics.get("response_length/mean", float("nan"))
         phases = " ".join(f"{label} {metrics[key]:.2f}s" for key, label in CONSOLE_PHASES if key in metrics)
-        line = (f"step {step} | score {score:.3f} | resp_len {length:.1f} | {phases} | "
-                f"step {metrics.get('timing_s/step', float('nan')):.2f}s" + (f" | val {val}" if val else ""))
+        line = (
+            f"step {step} | score {score:.3f} | resp_len {length:.1f} | {phases} | "
+            f"step {metrics.get('timing_s/step', float('nan')):.2f}s" + (f" | val {val}" if val else "")
+        )
         if self.bar is not None:
             self.bar.set_postfix(score=f"{score:.3f}", len=f"{length:.1f}")
             self.bar.update(1)
@@ -90,11 +98,13 @@ class Tracker:
 
             config = OmegaConf.to_container(cfg, resolve=True)
             if "wandb" in backends:
-                self.backends.append(WandbTracker(trainer.project_name, trainer.experiment_name, config,
-                                                  str(output_dir)))
+                self.backends.append(
+                    WandbTracker(trainer.project_name, trainer.experiment_name, config, str(output_dir))
+                )
             if "mlflow" in backends:
-                self.backends.append(MlflowTracker(trainer.project_name, trainer.experiment_name, config,
-                                                   str(output_dir / "mlruns")))
+                self.backends.append(
+                    MlflowTracker(trainer.project_name, trainer.experiment_name, config, str(output_dir / "mlruns"))
+                )
 
     def log(self, metrics: dict[str, Any], step: int) -> None:
         for backend in self.backends:

@@ -10,8 +10,9 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -42,30 +43,44 @@ def describe_strategy(cfg: DictConfig, role: str, workers: int) -> str:
     if section.get("strategy") == "megatron":
         m = section.parallel_config.megatron
         layout = f"megatron tp={m.tp_size} pp={m.pp_size} dp={workers // (m.tp_size * m.pp_size)}"
-        return layout + (" sequence-parallel" if m.sequence_parallel and m.tp_size > 1 else "") + \
-            (f" {m.pp_schedule}" if m.pp_size > 1 else "")
+        return (
+            layout
+            + (" sequence-parallel" if m.sequence_parallel and m.tp_size > 1 else "")
+            + (f" {m.pp_schedule}" if m.pp_size > 1 else "")
+        )
     return f"fsdp {section.fsdp.sharding_strategy}"  # the reward model is always FSDP
 
 
-def build_groups(cfg: DictConfig, manager: Any, model_path: str, tokenizer_path: str,
-                 monitor: Any = None) -> dict[str, Any]:
+def build_groups(
+    cfg: DictConfig, manager: Any, model_path: str, tokenizer_path: str, monitor: Any = None
+) -> dict[str, Any]:
     """One WorkerGroup per used pool, hosting every role mapped to it (colocated roles)."""
     from hybridrl.cluster.worker_group import WorkerGroup
     from hybridrl.trainer.ppo_trainer import RoleHandle
 
-    logger.info("Reserving %s for pools %s", manager.total(),
-                {p.name: manager.roles_of(p.name) for p in manager.used_pools()})
+    logger.info(
+        "Reserving %s for pools %s", manager.total(), {p.name: manager.roles_of(p.name) for p in manager.used_pools()}
+    )
     handles: dict[str, RoleHandle] = {}
     groups: list[WorkerGroup] = []
     try:
         for pool in manager.used_pools():
-            group = WorkerGroup(pool, manager.roles_of(pool.name), cfg, model_path, tokenizer_path,
-                                cfg.trainer.ray.start_timeout_s, cfg.trainer.ray.call_timeout_s, monitor)
+            group = WorkerGroup(
+                pool,
+                manager.roles_of(pool.name),
+                cfg,
+                model_path,
+                tokenizer_path,
+                cfg.trainer.ray.start_timeout_s,
+                cfg.trainer.ray.call_timeout_s,
+                monitor,
+            )
             groups.append(group)
             for role in group.roles:
                 handles[role] = RoleHandle(group, role)
-                logger.info("Role %s: %s on %d workers", role, describe_strategy(cfg, role, group.world_size),
-                            group.world_size)
+                logger.info(
+                    "Role %s: %s on %d workers", role, describe_strategy(cfg, role, group.world_size), group.world_size
+                )
     except BaseException:
         for group in groups:
             group.shutdown()
@@ -79,8 +94,13 @@ def record_placement(groups: list[Any], output_dir: Path) -> None:
     (output_dir / "placement.json").write_text(json.dumps(placement, indent=1))
     for group in groups:
         nodes = sorted({info["node_id"][:8] if info.get("node_id") else info["ip"] for info in group.node_info})
-        logger.info("Group %s on pool '%s': %d ranks on node(s) %s", group.name, group.pool.name,
-                    group.world_size, ", ".join(nodes))
+        logger.info(
+            "Group %s on pool '%s': %d ranks on node(s) %s",
+            group.name,
+            group.pool.name,
+            group.world_size,
+            ", ".join(nodes),
+        )
 
 
 def resume(cfg: DictConfig, checkpoints: Any, groups: list[Any]) -> dict[str, Any] | None:
@@ -94,9 +114,11 @@ def resume(cfg: DictConfig, checkpoints: Any, groups: list[Any]) -> dict[str, An
     state = read_state(resume_from)
     logger.info("Resuming from %s (step %d of %d)", resume_from, state["step"], cfg.trainer.total_steps)
     if state["step"] >= cfg.trainer.total_steps:
-        logger.info("This run already reached trainer.total_steps=%d: nothing to train. Raise "
-                    "trainer.total_steps to continue, or trainer.resume_mode=disable to start over.",
-                    cfg.trainer.total_steps)
+        logger.info(
+            "This run already reached trainer.total_steps=%d: nothing to train. Raise "
+            "trainer.total_steps to continue, or trainer.resume_mode=disable to start over.",
+            cfg.trainer.total_steps,
+        )
     for group in groups:
         group.load_checkpoint(str(resume_from))
     return state
@@ -114,15 +136,15 @@ def learning_summary(history: list[dict[str, float]], window: int) -> dict[str, 
 
 def run(cfg: DictConfig) -> dict[str, Any]:
     """Run one training job end to end; returns the run directory and the learning summary."""
+    from hybridrl.checkpoint.manager import CheckpointManager
     from hybridrl.cluster import ray_cluster
-    from hybridrl.data.dataset import build_datasets
-    from hybridrl.models.loader import load_tokenizer
     from hybridrl.cluster.resource_pool import ResourcePoolManager
     from hybridrl.config.roles import active_roles
-    from hybridrl.checkpoint.manager import CheckpointManager
+    from hybridrl.data.dataset import build_datasets
+    from hybridrl.models.loader import load_tokenizer
     from hybridrl.tracking import Tracker
-    from hybridrl.tracking.tracker import read_rows
     from hybridrl.tracking.breakdown import format_breakdown
+    from hybridrl.tracking.tracker import read_rows
     from hybridrl.trainer.monitor import RunMonitor
     from hybridrl.trainer.perf_metrics import StepPerf
     from hybridrl.trainer.ppo_trainer import PPOTrainer
@@ -140,8 +162,11 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     cluster = ray_cluster.connect(cfg.trainer.ray, cpus_needed=pools.total().get("CPU", 1))
     groups: list[Any] = []
     tracker = None
-    monitor = RunMonitor(output_dir / "trace.json" if cfg.trainer.trace else None,
-                         cfg.trainer.straggler_factor, cfg.trainer.straggler_min_seconds)
+    monitor = RunMonitor(
+        output_dir / "trace.json" if cfg.trainer.trace else None,
+        cfg.trainer.straggler_factor,
+        cfg.trainer.straggler_min_seconds,
+    )
     try:
         built = build_groups(cfg, pools.for_cluster(cluster.gpus), model_path, tokenizer_path, monitor)
         groups = built["groups"]
@@ -152,9 +177,17 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         start_step = int(state["step"]) if state else 0
         past = read_rows(output_dir / "metrics.jsonl", start_step) if state else []
         tracker = Tracker(list(cfg.trainer.logger), output_dir, cfg, resume_step=start_step if state else None)
-        trainer = PPOTrainer(cfg, built["handles"], dataset, tracker, monitor, perf,
-                             checkpoints if cfg.trainer.save_freq > 0 else None,
-                             val_dataset=val_dataset, output_dir=output_dir)
+        trainer = PPOTrainer(
+            cfg,
+            built["handles"],
+            dataset,
+            tracker,
+            monitor,
+            perf,
+            checkpoints if cfg.trainer.save_freq > 0 else None,
+            val_dataset=val_dataset,
+            output_dir=output_dir,
+        )
         if state:
             trainer.load_state_dict(state)
             trainer.history = past
@@ -203,8 +236,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         logger.error("Interrupted: workers and the local Ray cluster were shut down.")
         return 130
-    except (RewardError, WorkerCallError, WorkerCallTimeout, PoolPlacementError, CheckpointError,
-            FileNotFoundError, ValueError) as exc:
+    except (
+        RewardError,
+        WorkerCallError,
+        WorkerCallTimeout,
+        PoolPlacementError,
+        CheckpointError,
+        FileNotFoundError,
+        ValueError,
+    ) as exc:
         # Known failures get one clear line; checkpoints already written stay (resume_mode=auto).
         logger.error("%s: %s", type(exc).__name__, exc)
         return 1
@@ -213,7 +253,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     logger.info(
         "Done in %.0f s. Mean critic/score/mean over the first %d steps: %.3f, over the last %d: %.3f "
         "(gain %+.3f): %s. Run directory: %s",
-        s["wall_s"], s["window"], s["first_mean"], s["window"], s["last_mean"], s["gain"], verdict,
+        s["wall_s"],
+        s["window"],
+        s["first_mean"],
+        s["window"],
+        s["last_mean"],
+        s["gain"],
+        verdict,
         result["output_dir"],
     )
     return 0

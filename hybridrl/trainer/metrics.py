@@ -9,8 +9,11 @@ from hybridrl.protocol import Batch
 
 def _stats(prefix: str, values: torch.Tensor) -> dict[str, float]:
     values = values.float()
-    return {f"{prefix}/mean": float(values.mean()), f"{prefix}/max": float(values.max()),
-            f"{prefix}/min": float(values.min())}
+    return {
+        f"{prefix}/mean": float(values.mean()),
+        f"{prefix}/max": float(values.max()),
+        f"{prefix}/min": float(values.min()),
+    }
 
 
 def data_metrics(batch: Batch, max_response_length: int) -> dict[str, float]:

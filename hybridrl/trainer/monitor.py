@@ -9,8 +9,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from hybridrl.perf.stragglers import find_stragglers, format_warning
 from hybridrl.tracking.trace import TraceWriter
@@ -21,8 +22,9 @@ DRIVER = "driver"
 
 
 class RunMonitor:
-    def __init__(self, trace_path: Path | None = None, straggler_factor: float = 2.0,
-                 straggler_min_seconds: float = 0.05) -> None:
+    def __init__(
+        self, trace_path: Path | None = None, straggler_factor: float = 2.0, straggler_min_seconds: float = 0.05
+    ) -> None:
         self.trace = TraceWriter(trace_path) if trace_path is not None else None
         self.straggler_factor = straggler_factor
         self.straggler_min_seconds = straggler_min_seconds
@@ -74,8 +76,10 @@ class RunMonitor:
 
     def step_metrics(self) -> dict[str, float]:
         """Resource use per worker group (peak memory, CPU/GPU utilisation) and straggler count."""
-        metrics: dict[str, float] = {"perf/stragglers": float(self._step_stragglers),
-                                     "ray/transfer_mb": self._transfer_bytes / 2**20}
+        metrics: dict[str, float] = {
+            "perf/stragglers": float(self._step_stragglers),
+            "ray/transfer_mb": self._transfer_bytes / 2**20,
+        }
         self._step_stragglers = 0
         self._transfer_bytes = 0
         groups = sorted({g for g, _ in self.resources})

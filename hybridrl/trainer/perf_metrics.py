@@ -35,10 +35,12 @@ class StepPerf:
             logger.info("MFU counts one generation per step; extra generation rounds are not counted.")
 
     @classmethod
-    def create(cls, cfg: Any, model_path: str, groups: list[Any]) -> "StepPerf":
+    def create(cls, cfg: Any, model_path: str, groups: list[Any]) -> StepPerf:
         from transformers import AutoConfig
 
-        model_config = AutoConfig.from_pretrained(model_path, trust_remote_code=cfg.actor_rollout_ref.model.trust_remote_code)
+        model_config = AutoConfig.from_pretrained(
+            model_path, trust_remote_code=cfg.actor_rollout_ref.model.trust_remote_code
+        )
         dtype = torch.bfloat16 if cfg.actor_rollout_ref.actor.precision == "bf16" else torch.float32
         peaks, sources = [], set()
         for group in groups:
@@ -47,7 +49,9 @@ class StepPerf:
                 peaks.append(peak)
                 sources.add(source)
         perf = cls(cfg, FlopsModel.from_hf_config(model_config), peaks, ",".join(sorted(sources)))
-        logger.info("Peak for MFU: %.1f TFLOP/s over %d workers (%s)", perf.peak_total / 1e12, len(peaks), perf.peak_source)
+        logger.info(
+            "Peak for MFU: %.1f TFLOP/s over %d workers (%s)", perf.peak_total / 1e12, len(peaks), perf.peak_source
+        )
         return perf
 
     def metrics(self, batch: Batch, step_seconds: float) -> dict[str, float]:

@@ -22,8 +22,8 @@ from hybridrl.config.roles import critic_enabled, ref_enabled
 from hybridrl.data.dataset import EpochSampler, PromptDataset
 from hybridrl.protocol import Batch
 from hybridrl.rewards.scorer import RewardScorer
-from hybridrl.trainer.metrics import data_metrics, throughput_metrics
 from hybridrl.tracking.breakdown import format_breakdown
+from hybridrl.trainer.metrics import data_metrics, throughput_metrics
 from hybridrl.trainer.monitor import RunMonitor
 from hybridrl.trainer.rewarding import RewardStep
 from hybridrl.trainer.validation import run_validation
@@ -65,10 +65,19 @@ def _place_at_last_token(scores: torch.Tensor, response_mask: torch.Tensor) -> t
 
 
 class PPOTrainer:
-    def __init__(self, cfg: Any, roles: dict[str, RoleHandle], dataset: PromptDataset, tracker: Any,
-                 monitor: RunMonitor | None = None, perf: Any | None = None,
-                 checkpoints: Any | None = None, reward: RewardStep | None = None,
-                 val_dataset: PromptDataset | None = None, output_dir: Any | None = None) -> None:
+    def __init__(
+        self,
+        cfg: Any,
+        roles: dict[str, RoleHandle],
+        dataset: PromptDataset,
+        tracker: Any,
+        monitor: RunMonitor | None = None,
+        perf: Any | None = None,
+        checkpoints: Any | None = None,
+        reward: RewardStep | None = None,
+        val_dataset: PromptDataset | None = None,
+        output_dir: Any | None = None,
+    ) -> None:
         self.cfg = cfg
         self.val_dataset = val_dataset
         self.output_dir = output_dir
@@ -86,8 +95,9 @@ class PPOTrainer:
         self.estimator = get_adv_estimator(algo.adv_estimator)
         self.use_critic = critic_enabled(cfg)
         self.use_ref = ref_enabled(cfg)
-        self.kl_ctrl = make_kl_controller(algo.kl_ctrl.type, algo.kl_ctrl.kl_coef, algo.kl_ctrl.target_kl,
-                                          algo.kl_ctrl.horizon)
+        self.kl_ctrl = make_kl_controller(
+            algo.kl_ctrl.type, algo.kl_ctrl.kl_coef, algo.kl_ctrl.target_kl, algo.kl_ctrl.horizon
+        )
         self.num_workers = sum(group.world_size for group in self._groups())
         self.history: list[dict[str, float]] = []
 
@@ -143,9 +153,13 @@ class PPOTrainer:
         # Groups stay whole: the filter keeps or drops all n rows of a prompt, in order.
         metrics["train/topped_up_groups"] = float(max(0, wanted - n_kept) // n)
         if n_kept < wanted:
-            logger.warning("Dynamic sampling kept %d of %d sequences after %d rounds; topping up with "
-                           "groups whose rewards are all equal (raise algorithm.filter_groups.max_num_gen_batches).",
-                           n_kept, wanted, round_ + 1)
+            logger.warning(
+                "Dynamic sampling kept %d of %d sequences after %d rounds; topping up with "
+                "groups whose rewards are all equal (raise algorithm.filter_groups.max_num_gen_batches).",
+                n_kept,
+                wanted,
+                round_ + 1,
+            )
         return Batch.concat([b for b in kept + dropped if len(b)])[:wanted]
 
     # -- evaluation ----------------------------------------------------------------------------
@@ -165,24 +179,32 @@ class PPOTrainer:
         t = batch.tensors
         mask = t["response_mask"].float()
         if algo.use_kl_in_reward:
-            rewards, kl_metrics = apply_kl_penalty(t["token_level_scores"], t["old_log_probs"], t["ref_log_probs"],
-                                                   mask, self.kl_ctrl, algo.kl_penalty)
+            rewards, kl_metrics = apply_kl_penalty(
+                t["token_level_scores"], t["old_log_probs"], t["ref_log_probs"], mask, self.kl_ctrl, algo.kl_penalty
+            )
             metrics.update(kl_metrics)
         else:
             rewards = t["token_level_scores"]
         t["token_level_rewards"] = rewards
         t["advantages"], t["returns"] = self.estimator(
-            rewards, mask, values=t.get("values", None), index=batch.non_tensors["uid"],
-            gamma=algo.gamma, lam=algo.lam, norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo,
-            reward_baselines=t.get("reward_baselines", None))
+            rewards,
+            mask,
+            values=t.get("values", None),
+            index=batch.non_tensors["uid"],
+            gamma=algo.gamma,
+            lam=algo.lam,
+            norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo,
+            reward_baselines=t.get("reward_baselines", None),
+        )
 
     # -- update --------------------------------------------------------------------------------
     def _update(self, batch: Batch, timings: dict, metrics: dict) -> None:
         self._update_started = True
         if self.use_critic:
             with self.monitor.phase("update_critic", timings):
-                critic_in = batch.select(tensor_keys=FORWARD_KEYS + ["values", "returns"], non_tensor_keys=[],
-                                         meta_keys=["seed"])
+                critic_in = batch.select(
+                    tensor_keys=FORWARD_KEYS + ["values", "returns"], non_tensor_keys=[], meta_keys=["seed"]
+                )
                 metrics.update(_mean_over_ranks(self.roles["critic"].split("update_critic", critic_in)))
         with self.monitor.phase("update_actor", timings):
             keys = FORWARD_KEYS + ["old_log_probs", "advantages"]
@@ -192,8 +214,9 @@ class PPOTrainer:
             metrics.update(_mean_over_ranks(self.roles["actor_rollout"].split("update_actor", actor_in)))
 
     def validate(self, step: int) -> dict[str, float]:
-        return run_validation(self.cfg, self.roles["actor_rollout"], self.reward, self.val_dataset, step,
-                              self.output_dir)
+        return run_validation(
+            self.cfg, self.roles["actor_rollout"], self.reward, self.val_dataset, step, self.output_dir
+        )
 
     def step(self, step: int, save_checkpoint: bool = False, validate: bool = False) -> dict[str, float]:
         timings: dict[str, float] = {}
@@ -214,7 +237,8 @@ class PPOTrainer:
                     self.save_checkpoint(step)
         mask = batch.tensors["response_mask"].float()
         metrics["actor/entropy_before_update"] = float(
-            (batch.tensors["old_entropy"] * mask).sum() / mask.sum().clamp(min=1))
+            (batch.tensors["old_entropy"] * mask).sum() / mask.sum().clamp(min=1)
+        )
         metrics.update(data_metrics(batch, self.cfg.data.max_response_length))
         metrics.update({f"timing_s/{k}": v for k, v in timings.items()})
         metrics.update(throughput_metrics(batch, timings["step"], self.num_workers))
@@ -229,8 +253,11 @@ class PPOTrainer:
         """The driver's part of a checkpoint: data position, KL controller, driver RNG."""
         from hybridrl.checkpoint.shards import rng_state
 
-        return {"sampler": self.sampler.state_dict(), "kl_ctrl": self.kl_ctrl.state_dict(),
-                "driver_rng": rng_state()[0]}
+        return {
+            "sampler": self.sampler.state_dict(),
+            "kl_ctrl": self.kl_ctrl.state_dict(),
+            "driver_rng": rng_state()[0],
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         import random
@@ -263,7 +290,7 @@ class PPOTrainer:
         try:
             self.save_checkpoint(step - 1, state_before)
             logger.error("Step %d failed before updating; saved step %d so the run can resume from it.", step, step - 1)
-        except Exception as exc:  # noqa: BLE001 - the original failure is what the user must see
+        except Exception as exc:  # the original failure is what the user must see
             logger.error("Could not save a checkpoint after the failure: %s", exc)
 
     def fit(self, start_step: int = 0) -> list[dict[str, float]]:
@@ -276,7 +303,11 @@ class PPOTrainer:
             self.tracker.log(val, 0)
         for step in range(start_step + 1, trainer_cfg.total_steps + 1):
             last = step == trainer_cfg.total_steps
-            save = self.checkpoints is not None and trainer_cfg.save_freq > 0 and (last or step % trainer_cfg.save_freq == 0)
+            save = (
+                self.checkpoints is not None
+                and trainer_cfg.save_freq > 0
+                and (last or step % trainer_cfg.save_freq == 0)
+            )
             validate = trainer_cfg.test_freq > 0 and (last or step % trainer_cfg.test_freq == 0)
             try:
                 metrics = self.step(step, save_checkpoint=save, validate=validate)
@@ -289,6 +320,10 @@ class PPOTrainer:
             self.history.append(metrics)
             self.tracker.log(metrics, step)
             if last or (trainer_cfg.breakdown_interval and step % trainer_cfg.breakdown_interval == 0):
-                logger.info("Phase breakdown, steps %d-%d (step 1 left out: one-time costs):\n%s",
-                            min(2, step), step, format_breakdown(self.history, skip_first=1))
+                logger.info(
+                    "Phase breakdown, steps %d-%d (step 1 left out: one-time costs):\n%s",
+                    min(2, step),
+                    step,
+                    format_breakdown(self.history, skip_first=1),
+                )
         return self.history

@@ -23,14 +23,16 @@ class RewardStep:
         nt = batch.non_tensors
         total = torch.zeros(len(batch), dtype=torch.float32)
         if self.use_rule:
-            scores, failed = self.scorer.score(nt["data_source"], nt["response_text"], nt["ground_truth"],
-                                               nt.get("extra_info"))
+            scores, failed = self.scorer.score(
+                nt["data_source"], nt["response_text"], nt["ground_truth"], nt.get("extra_info")
+            )
             total += torch.tensor(scores, dtype=torch.float32)
             if metrics is not None:
                 metrics["reward/failed"] = metrics.get("reward/failed", 0.0) + failed
         if self.reward_model is not None:
-            rm_in = batch.select(tensor_keys=["responses"], non_tensor_keys=["prompt_text", "response_text"],
-                                 meta_keys=[])
+            rm_in = batch.select(
+                tensor_keys=["responses"], non_tensor_keys=["prompt_text", "response_text"], meta_keys=[]
+            )
             rm_scores = self.reward_model.dp("compute_rm_score", rm_in)[0].tensors["rm_scores"].float()
             total += self.weight * rm_scores
             if metrics is not None:

@@ -19,12 +19,17 @@ from hybridrl.protocol import Batch
 GEN_KEYS = ["input_ids", "attention_mask", "position_ids"]
 
 
-def run_validation(cfg: Any, actor: Any, reward: Any, dataset: PromptDataset, step: int,
-                   output_dir: Path | None) -> dict[str, float]:
+def run_validation(
+    cfg: Any, actor: Any, reward: Any, dataset: PromptDataset, step: int, output_dir: Path | None
+) -> dict[str, float]:
     val_kwargs = cfg.actor_rollout_ref.rollout.val_kwargs
     n = val_kwargs.n
-    sampling = {"do_sample": val_kwargs.do_sample, "temperature": val_kwargs.temperature,
-                "top_k": val_kwargs.top_k, "top_p": val_kwargs.top_p}
+    sampling = {
+        "do_sample": val_kwargs.do_sample,
+        "temperature": val_kwargs.temperature,
+        "top_k": val_kwargs.top_k,
+        "top_p": val_kwargs.top_p,
+    }
     chunk = max(1, cfg.data.train_batch_size)
     batches = []
     for start in range(0, len(dataset), chunk):
@@ -61,9 +66,19 @@ def _save_generations(batch: Batch, count: int, step: int, output_dir: Path) -> 
     nt = batch.non_tensors
     with open(folder / f"step_{step}.jsonl", "w", encoding="utf-8") as out:
         for i in range(min(count, len(batch))):
-            out.write(json.dumps({"step": step, "data_source": str(nt["data_source"][i]), "prompt": nt["prompt_text"][i],
-                                  "response": nt["response_text"][i], "ground_truth": _plain(nt["ground_truth"][i]),
-                                  "score": float(batch.tensors["scores"][i])}) + "\n")
+            out.write(
+                json.dumps(
+                    {
+                        "step": step,
+                        "data_source": str(nt["data_source"][i]),
+                        "prompt": nt["prompt_text"][i],
+                        "response": nt["response_text"][i],
+                        "ground_truth": _plain(nt["ground_truth"][i]),
+                        "score": float(batch.tensors["scores"][i]),
+                    }
+                )
+                + "\n"
+            )
 
 
 def _plain(value: Any) -> Any:

@@ -19,7 +19,7 @@ logger = logging.getLogger(__name__)
 
 
 class ActorRolloutRole:
-    def __init__(self, cfg: Any, ctx: "WorkerContext") -> None:  # noqa: F821
+    def __init__(self, cfg: Any, ctx: WorkerContext) -> None:  # noqa: F821
         self.cfg = cfg
         self.ctx = ctx
         model_cfg = cfg.actor_rollout_ref.model
@@ -27,16 +27,24 @@ class ActorRolloutRole:
         self.rollout_cfg = cfg.actor_rollout_ref.rollout
         self.tokenizer = load_tokenizer(ctx.tokenizer_path, model_cfg.trust_remote_code)
         self.engine = make_engine(
-            self.actor_cfg.strategy, load_causal_lm(ctx.model_path, model_cfg.trust_remote_code),
-            mesh=ctx.mesh, device=ctx.device, strategy_cfg=self.actor_cfg.fsdp,
-            precision=self.actor_cfg.precision, optim_cfg=self.actor_cfg.optim,
-            gradient_scale=self.actor_cfg.gradient_scale, ranks_per_node=ctx.ranks_per_node,
+            self.actor_cfg.strategy,
+            load_causal_lm(ctx.model_path, model_cfg.trust_remote_code),
+            mesh=ctx.mesh,
+            device=ctx.device,
+            strategy_cfg=self.actor_cfg.fsdp,
+            precision=self.actor_cfg.precision,
+            optim_cfg=self.actor_cfg.optim,
+            gradient_scale=self.actor_cfg.gradient_scale,
+            ranks_per_node=ctx.ranks_per_node,
             megatron_cfg=self.actor_cfg.parallel_config.megatron,
         )
         rollout_dtype = torch.bfloat16 if self.actor_cfg.precision == "bf16" else torch.float32
         rollout_model = load_causal_lm(ctx.model_path, model_cfg.trust_remote_code, dtype=rollout_dtype)
-        self.rollout = HFRolloutEngine(rollout_model.to(ctx.device), self.tokenizer.pad_token_id,
-                                       rollout_model.generation_config.eos_token_id or self.tokenizer.eos_token_id)
+        self.rollout = HFRolloutEngine(
+            rollout_model.to(ctx.device),
+            self.tokenizer.pad_token_id,
+            rollout_model.generation_config.eos_token_id or self.tokenizer.eos_token_id,
+        )
 
     # -- rollout -------------------------------------------------------------------------------
     def sync_weights(self) -> None:
@@ -55,8 +63,11 @@ class ActorRolloutRole:
         sampling = {key: self.rollout_cfg[key] for key in ("do_sample", "temperature", "top_k", "top_p")}
         sampling.update(batch.meta.get("sampling", {}))
         out = self.rollout.generate(
-            batch.tensors["input_ids"].to(self.ctx.device), batch.tensors["attention_mask"].to(self.ctx.device),
-            max_new_tokens=self.cfg.data.max_response_length, seed=seed, **sampling,
+            batch.tensors["input_ids"].to(self.ctx.device),
+            batch.tensors["attention_mask"].to(self.ctx.device),
+            max_new_tokens=self.cfg.data.max_response_length,
+            seed=seed,
+            **sampling,
         )
         texts = self.tokenizer.batch_decode(out["responses"], skip_special_tokens=True)
         return Batch.from_dict(tensors={k: v.cpu() for k, v in out.items()}, non_tensors={"response_text": texts})
@@ -74,11 +85,16 @@ class ActorRolloutRole:
         micro = self.rollout_cfg.log_prob_micro_batch_size_per_gpu
         temperature = self.rollout_cfg.temperature
         out = self.engine.forward_micro_batches(
-            micro_batches(batch, micro), lambda logits, mb: response_log_probs(logits, mb, temperature, True))
+            micro_batches(batch, micro), lambda logits, mb: response_log_probs(logits, mb, temperature, True)
+        )
         if not out:  # an early pipeline stage: the last stage holds the result
             return None
-        return Batch.from_dict(tensors={"old_log_probs": torch.cat([lp.cpu() for lp, _ in out]),
-                                        "old_entropy": torch.cat([ent.cpu() for _, ent in out])})
+        return Batch.from_dict(
+            tensors={
+                "old_log_probs": torch.cat([lp.cpu() for lp, _ in out]),
+                "old_entropy": torch.cat([ent.cpu() for _, ent in out]),
+            }
+        )
 
     # -- update --------------------------------------------------------------------------------
     def update_actor(self, batch: Batch) -> dict[str, float]:
@@ -90,14 +106,25 @@ class ActorRolloutRole:
         def micro_loss(logits: torch.Tensor, mb: Batch) -> tuple[torch.Tensor, dict[str, float]]:
             mask = mb.tensors["response_mask"].float()
             log_prob, entropy = response_log_probs(logits, mb, self.rollout_cfg.temperature, with_entropy=True)
-            pg = policy_loss(mb.tensors["old_log_probs"], log_prob, mb.tensors["advantages"], mask,
-                             clip_ratio_low=clip_low, clip_ratio_high=clip_high, clip_ratio_c=cfg.clip_ratio_c,
-                             loss_agg_mode=cfg.loss_agg_mode)
+            pg = policy_loss(
+                mb.tensors["old_log_probs"],
+                log_prob,
+                mb.tensors["advantages"],
+                mask,
+                clip_ratio_low=clip_low,
+                clip_ratio_high=clip_high,
+                clip_ratio_c=cfg.clip_ratio_c,
+                loss_agg_mode=cfg.loss_agg_mode,
+            )
             entropy_loss = agg_loss(entropy, mask, cfg.loss_agg_mode)
             loss = pg["pg_loss"] - cfg.entropy_coeff * entropy_loss
-            row = {"actor/pg_loss": float(pg["pg_loss"].detach()), "actor/pg_clipfrac": float(pg["pg_clipfrac"]),
-                   "actor/pg_clipfrac_lower": float(pg["pg_clipfrac_lower"]),
-                   "actor/ppo_kl": float(pg["ppo_kl"]), "actor/entropy": float(entropy_loss.detach())}
+            row = {
+                "actor/pg_loss": float(pg["pg_loss"].detach()),
+                "actor/pg_clipfrac": float(pg["pg_clipfrac"]),
+                "actor/pg_clipfrac_lower": float(pg["pg_clipfrac_lower"]),
+                "actor/ppo_kl": float(pg["ppo_kl"]),
+                "actor/entropy": float(entropy_loss.detach()),
+            }
             if cfg.use_kl_loss:
                 kl = compute_kl_loss(log_prob, mb.tensors["ref_log_probs"], mask, cfg.kl_loss_type, cfg.loss_agg_mode)
                 loss = loss + cfg.kl_loss_coef * kl
@@ -110,8 +137,7 @@ class ActorRolloutRole:
 
     # -- inspection and export -----------------------------------------------------------------
     def state_digest(self) -> dict[str, str]:
-        return {"train": self.engine.state_digest(),
-                "rollout": state_digest(self.rollout.model.state_dict())}
+        return {"train": self.engine.state_digest(), "rollout": state_digest(self.rollout.model.state_dict())}
 
     def save_hf_metadata(self, out_dir: str) -> None:
         """Config, generation config and tokenizer: what an export needs besides the weights."""
@@ -129,4 +155,3 @@ class ActorRolloutRole:
         self.rollout.model.save_pretrained(out_dir, state_dict=state)
         self.tokenizer.save_pretrained(out_dir)
         return out_dir
-

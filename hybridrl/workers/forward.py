@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -10,13 +11,14 @@ from hybridrl.algorithms.losses import entropy_from_logits, log_probs_from_logit
 from hybridrl.protocol import Batch
 
 
-def response_log_probs(logits: torch.Tensor, batch: Batch, temperature: float,
-                       with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+def response_log_probs(
+    logits: torch.Tensor, batch: Batch, temperature: float, with_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs (and entropy) of each response token, from the policy's logits at sampling temperature."""
     responses = batch.tensors["responses"]  # (B, R)
     resp_len = responses.shape[1]
     # The logit at position t predicts token t+1: responses are predicted by P-1 .. P+R-2.
-    logits = logits[:, -resp_len - 1:-1, :].float() / temperature  # (B, R, V)
+    logits = logits[:, -resp_len - 1 : -1, :].float() / temperature  # (B, R, V)
     log_probs = log_probs_from_logits(logits, responses)
     entropy = entropy_from_logits(logits) if with_entropy else None
     return log_probs, entropy
@@ -25,7 +27,7 @@ def response_log_probs(logits: torch.Tensor, batch: Batch, temperature: float,
 def response_values(values: torch.Tensor, batch: Batch) -> torch.Tensor:
     """Value of the state before each response token (the position that predicts it), from per-position values."""
     resp_len = batch.tensors["responses"].shape[1]
-    return values[:, -resp_len - 1:-1].float()  # (B, R)
+    return values[:, -resp_len - 1 : -1].float()  # (B, R)
 
 
 def mean_metrics(rows: list[dict[str, float]]) -> dict[str, float]:
@@ -35,12 +37,18 @@ def mean_metrics(rows: list[dict[str, float]]) -> dict[str, float]:
 
 def micro_batches(batch: Batch, size: int) -> list[Batch]:
     """Consecutive chunks of at most ``size`` rows (the last may be smaller): forward-only passes."""
-    return [batch[i:i + size] for i in range(0, len(batch), size)]
+    return [batch[i : i + size] for i in range(0, len(batch), size)]
 
 
-def ppo_update(engine: Any, batch: Batch, cfg: Any, mini_size: int, seed: int,
-               loss_fn: Callable[[torch.Tensor, Batch], tuple[torch.Tensor, dict[str, float]]],
-               prefix: str) -> dict[str, float]:
+def ppo_update(
+    engine: Any,
+    batch: Batch,
+    cfg: Any,
+    mini_size: int,
+    seed: int,
+    loss_fn: Callable[[torch.Tensor, Batch], tuple[torch.Tensor, dict[str, float]]],
+    prefix: str,
+) -> dict[str, float]:
     """PPO epochs over ``batch``: mini-batches of ``mini_size`` rows (one optimizer step each), split into
     micro-batches of ``cfg.ppo_micro_batch_size_per_gpu`` whose gradients accumulate. ``loss_fn`` maps
     the model's output on one micro-batch to its loss and metrics; the returned metrics are their means

@@ -29,29 +29,46 @@ from hybridrl.workers.forward import micro_batches
 
 
 class RewardModelRole:
-    def __init__(self, cfg: Any, ctx: "WorkerContext") -> None:  # noqa: F821
+    def __init__(self, cfg: Any, ctx: WorkerContext) -> None:  # noqa: F821
         self.cfg = cfg.reward_model
         self.ctx = ctx
         mcfg = self.cfg.model
         self.max_length = int(self.cfg.max_length)
         self.micro = int(self.cfg.micro_batch_size_per_gpu)
         if self.max_length <= 0 or self.micro <= 0:
-            raise ValueError(f"reward_model.max_length ({self.max_length}) and "
-                             f"reward_model.micro_batch_size_per_gpu ({self.micro}) must be positive.")
+            raise ValueError(
+                f"reward_model.max_length ({self.max_length}) and "
+                f"reward_model.micro_batch_size_per_gpu ({self.micro}) must be positive."
+            )
         model, self.tokenizer = load_reward_model(
-            mcfg.path, bool(mcfg.get("trust_remote_code", False)),
-            tokenizer_path=mcfg.get("tokenizer_path", None), seed=int(cfg.trainer.seed),
+            mcfg.path,
+            bool(mcfg.get("trust_remote_code", False)),
+            tokenizer_path=mcfg.get("tokenizer_path", None),
+            seed=int(cfg.trainer.seed),
         )
-        self.engine = make_engine("fsdp", model, mesh=ctx.mesh, device=ctx.device,
-                                  strategy_cfg=self.cfg.fsdp, precision=self.cfg.precision, optim_cfg=None,
-                                  ranks_per_node=getattr(ctx, "ranks_per_node", None))
+        self.engine = make_engine(
+            "fsdp",
+            model,
+            mesh=ctx.mesh,
+            device=ctx.device,
+            strategy_cfg=self.cfg.fsdp,
+            precision=self.cfg.precision,
+            optim_cfg=None,
+            ranks_per_node=getattr(ctx, "ranks_per_node", None),
+        )
         self.engine.model.eval()
 
     def tokenize(self, prompts: list[str], responses: list[str]) -> dict[str, torch.Tensor]:
         """``input_ids``/``attention_mask`` of ``prompt + response``: right-padded, left-truncated."""
         texts = [str(p) + str(r) for p, r in zip(prompts, responses, strict=True)]
-        enc = self.tokenizer(texts, add_special_tokens=False, padding="longest", truncation=True,
-                             max_length=self.max_length, return_tensors="pt")
+        enc = self.tokenizer(
+            texts,
+            add_special_tokens=False,
+            padding="longest",
+            truncation=True,
+            max_length=self.max_length,
+            return_tensors="pt",
+        )
         lengths = enc["attention_mask"].sum(-1)
         if (lengths == 0).any():
             empty = torch.nonzero(lengths == 0).flatten().tolist()
@@ -60,8 +77,11 @@ class RewardModelRole:
 
     def _forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         with self.engine.autocast():
-            logits = self.engine.model(input_ids=input_ids.to(self.ctx.device),
-                                       attention_mask=attention_mask.to(self.ctx.device), use_cache=False).logits
+            logits = self.engine.model(
+                input_ids=input_ids.to(self.ctx.device),
+                attention_mask=attention_mask.to(self.ctx.device),
+                use_cache=False,
+            ).logits
         return logits.squeeze(-1).float().cpu()  # (B,)
 
     def _sync(self, n_steps: int, failed: bool) -> tuple[int, bool]:
@@ -84,12 +104,14 @@ class RewardModelRole:
         try:
             for key in ("prompt_text", "response_text"):
                 if key not in batch.non_tensors:
-                    raise KeyError(f"compute_rm_score needs non-tensor column '{key}'; "
-                                   f"the batch has {sorted(batch.non_tensors)}.")
+                    raise KeyError(
+                        f"compute_rm_score needs non-tensor column '{key}'; the batch has {sorted(batch.non_tensors)}."
+                    )
             for mb in micro_batches(batch, self.micro):
-                encoded.append(self.tokenize(list(mb.non_tensors["prompt_text"]),
-                                             list(mb.non_tensors["response_text"])))
-        except Exception as exc:  # noqa: BLE001 - re-raised below, after the other ranks hear of it
+                encoded.append(
+                    self.tokenize(list(mb.non_tensors["prompt_text"]), list(mb.non_tensors["response_text"]))
+                )
+        except Exception as exc:  # re-raised below, after the other ranks hear of it
             error = exc
         # Agree on the step count (and on failure) before any forward: FSDP's all-gathers need every
         # rank in every forward, so a rank with fewer micro-batches runs throw-away forwards, and a

@@ -45,8 +45,16 @@ def _role_classes() -> dict[str, type]:
 
 
 class Worker:
-    def __init__(self, rank: int, world_size: int, roles: list[str], cfg: dict | DictConfig,
-                 model_path: str, tokenizer_path: str, num_threads: int = 1) -> None:
+    def __init__(
+        self,
+        rank: int,
+        world_size: int,
+        roles: list[str],
+        cfg: dict | DictConfig,
+        model_path: str,
+        tokenizer_path: str,
+        num_threads: int = 1,
+    ) -> None:
         self.rank = rank
         self.world_size = world_size
         self.role_names = list(roles)
@@ -60,9 +68,13 @@ class Worker:
         quiet_libraries()
 
     def node_info(self) -> dict[str, Any]:
-        info = {"pid": os.getpid(), "ip": hdist.node_ip(), "rank": self.rank,
-                "device_type": "cuda" if torch.cuda.is_available() and self.cfg.trainer.device != "cpu" else "cpu",
-                "device_name": torch.cuda.get_device_name() if torch.cuda.is_available() else None}
+        info = {
+            "pid": os.getpid(),
+            "ip": hdist.node_ip(),
+            "rank": self.rank,
+            "device_type": "cuda" if torch.cuda.is_available() and self.cfg.trainer.device != "cpu" else "cpu",
+            "device_name": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+        }
         try:
             import ray
 
@@ -74,8 +86,9 @@ class Worker:
     def master_address(self) -> tuple[str, int]:
         return hdist.node_ip(), hdist.free_port()
 
-    def setup(self, master_addr: str, master_port: int, timeout_s: float = 600.0,
-              ranks_per_node: int | None = None) -> None:
+    def setup(
+        self, master_addr: str, master_port: int, timeout_s: float = 600.0, ranks_per_node: int | None = None
+    ) -> None:
         from torch.distributed.device_mesh import init_device_mesh
 
         device = hdist.pick_device(self.cfg.trainer.device)
@@ -85,8 +98,16 @@ class Worker:
         mesh = init_device_mesh(device.type, (self.world_size,), mesh_dim_names=("dp",))
         self.device = device
         self.recorder.device = device
-        ctx = WorkerContext(self.rank, self.world_size, device, mesh, self.model_path, self.tokenizer_path,
-                            self.recorder, ranks_per_node)
+        ctx = WorkerContext(
+            self.rank,
+            self.world_size,
+            device,
+            mesh,
+            self.model_path,
+            self.tokenizer_path,
+            self.recorder,
+            ranks_per_node,
+        )
         # Every rank seeds the same way so that initialisation (value heads) is identical everywhere.
         torch.manual_seed(self.cfg.trainer.seed)
         classes = _role_classes()
@@ -99,7 +120,9 @@ class Worker:
             raise KeyError(f"Worker rank {self.rank} hosts roles {self.role_names}, not '{role}'.")
         target = getattr(self.roles[role], method, None)
         if target is None or method.startswith("_"):
-            public = [m for m in dir(self.roles[role]) if not m.startswith("_") and callable(getattr(self.roles[role], m))]
+            public = [
+                m for m in dir(self.roles[role]) if not m.startswith("_") and callable(getattr(self.roles[role], m))
+            ]
             raise AttributeError(f"Role '{role}' has no method '{method}'; it has: {public}.")
         return self._timed(f"{role}.{method}", target, *args, **kwargs)
 
@@ -136,8 +159,11 @@ class Worker:
         return self._timed("load_checkpoint", self._load_checkpoint, Path(directory))
 
     def _trainable(self) -> dict[str, Any]:
-        return {name: role.engine for name, role in self.roles.items()
-                if getattr(getattr(role, "engine", None), "optimizer", None) is not None}
+        return {
+            name: role.engine
+            for name, role in self.roles.items()
+            if getattr(getattr(role, "engine", None), "optimizer", None) is not None
+        }
 
     def _save_checkpoint(self, directory: Path) -> None:
         from hybridrl.checkpoint.shards import save_engine_shard, save_rng
@@ -158,4 +184,3 @@ class Worker:
     def teardown(self) -> None:
         self.roles.clear()
         hdist.destroy_process_group()
-

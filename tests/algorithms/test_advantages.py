@@ -111,9 +111,7 @@ def _whitened_expected():
 
 
 def test_gae_matches_hand_computation():
-    adv, ret = compute_gae_advantage_return(
-        t(GAE_REWARDS), t(GAE_VALUES), torch.tensor(GAE_MASK), gamma=GAMMA, lam=LAM
-    )
+    adv, ret = compute_gae_advantage_return(t(GAE_REWARDS), t(GAE_VALUES), torch.tensor(GAE_MASK), gamma=GAMMA, lam=LAM)
     assert ret.tolist()[0] == pytest.approx(EXPECTED_RETURNS[0])
     assert ret.tolist()[1] == pytest.approx(EXPECTED_RETURNS[1])
     expected = _whitened_expected()
@@ -166,9 +164,7 @@ GRPO_INDEX = np.array(["a", "a", "a", "b"], dtype=object)
 
 
 def test_grpo_matches_hand_computation():
-    adv, ret = compute_grpo_outcome_advantage(
-        t(GRPO_REWARDS), torch.tensor(GRPO_MASK), GRPO_INDEX, epsilon=1e-6
-    )
+    adv, ret = compute_grpo_outcome_advantage(t(GRPO_REWARDS), torch.tensor(GRPO_MASK), GRPO_INDEX, epsilon=1e-6)
     # group a: scores 1, 0.5, 0 -> mean 0.5, unbiased std sqrt((0.25+0+0.25)/2) = 0.5
     a0 = (1.0 - 0.5) / (0.5 + 1e-6)
     a1 = (0.5 - 0.5) / (0.5 + 1e-6)
@@ -226,8 +222,9 @@ def test_registry_entries_and_needs_critic():
 
 def test_registry_uniform_signature():
     r, m = t(GAE_REWARDS), torch.tensor(GAE_MASK)
-    common = dict(values=t(GAE_VALUES), index=np.array([0, 1]), gamma=GAMMA, lam=LAM,
-                  norm_adv_by_std_in_grpo=True, eps=1e-6)
+    common = dict(
+        values=t(GAE_VALUES), index=np.array([0, 1]), gamma=GAMMA, lam=LAM, norm_adv_by_std_in_grpo=True, eps=1e-6
+    )
     adv, ret = get_adv_estimator("gae")(r, m, **common)
     direct_adv, direct_ret = compute_gae_advantage_return(r, t(GAE_VALUES), m, GAMMA, LAM)
     assert torch.equal(adv, direct_adv) and torch.equal(ret, direct_ret)
@@ -328,9 +325,7 @@ RPP_RETURNS = [[0.25, 0.5, 1.0], [1.0, 2.0, 0.0], [0.75, 1.5, 3.0], [2.0, 2.0, 2
 
 
 def test_reinforce_plus_plus_matches_hand_computation():
-    adv, ret = compute_reinforce_plus_plus_outcome_advantage(
-        t(OUT_REWARDS), torch.tensor(OUT_MASK), gamma=0.5
-    )
+    adv, ret = compute_reinforce_plus_plus_outcome_advantage(t(OUT_REWARDS), torch.tensor(OUT_MASK), gamma=0.5)
     _assert_rows(ret, RPP_RETURNS)
     # whitening over the 11 valid returns
     flat = [0.25, 0.5, 1.0, 1.0, 2.0, 0.75, 1.5, 3.0, 2.0, 2.0, 2.0]
@@ -338,8 +333,7 @@ def test_reinforce_plus_plus_matches_hand_computation():
     assert sum(flat) / 11 == pytest.approx(mean)
     var = sum((g - mean) ** 2 for g in flat) / 10  # unbiased
     std = math.sqrt(var + 1e-8)
-    expected = [[(g - mean) / std if m else 0.0 for g, m in zip(row, mrow)]
-                for row, mrow in zip(RPP_RETURNS, OUT_MASK)]
+    expected = [[(g - mean) / std if m else 0.0 for g, m in zip(row, mrow)] for row, mrow in zip(RPP_RETURNS, OUT_MASK)]
     _assert_rows(adv, expected)
     assert adv[1, 2].item() == 0.0 and ret[1, 2].item() == 0.0
 
@@ -354,9 +348,7 @@ def test_reinforce_plus_plus_padding_is_passed_through_not_reset():
 
 
 def test_reinforce_plus_plus_baseline_matches_hand_computation():
-    adv, ret = compute_reinforce_plus_plus_baseline_outcome_advantage(
-        t(OUT_REWARDS), torch.tensor(OUT_MASK), OUT_INDEX
-    )
+    adv, ret = compute_reinforce_plus_plus_baseline_outcome_advantage(t(OUT_REWARDS), torch.tensor(OUT_MASK), OUT_INDEX)
     # group p: scores 1, 3, mean 2 -> -1, +1 ; group q: scores 2, 4, mean 3 -> -1, +1
     # broadcast: -1 on 5 valid tokens (rows 0, 1), +1 on 6 (rows 2, 3)
     # mean = (-5 + 6) / 11 = 1/11 ; deviations -12/11 (x5), 10/11 (x6)
@@ -378,9 +370,7 @@ def test_reinforce_plus_plus_baseline_singleton_group_is_zero_before_whitening()
 
 
 def test_remax_matches_hand_computation():
-    adv, ret = compute_remax_outcome_advantage(
-        t(OUT_REWARDS), t(OUT_BASELINES), torch.tensor(OUT_MASK)
-    )
+    adv, ret = compute_remax_outcome_advantage(t(OUT_REWARDS), t(OUT_BASELINES), torch.tensor(OUT_MASK))
     # reward-to-go (gamma = 1): row0 1,1,1 ; row1 2,2,pad ; row2 3,3,3 ; row3 4,3,2
     _assert_rows(ret, [[1.0, 1.0, 1.0], [2.0, 2.0, 0.0], [3.0, 3.0, 3.0], [4.0, 3.0, 2.0]])
     # minus the row's greedy baseline 0.5, 1, 2, 10 ; no whitening
@@ -408,8 +398,15 @@ NEW_ESTIMATORS = ["rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline",
 
 def _call(name, rewards):
     return get_adv_estimator(name)(
-        rewards, torch.tensor(OUT_MASK), values=None, index=OUT_INDEX, gamma=0.5, lam=0.9,
-        norm_adv_by_std_in_grpo=True, eps=1e-6, reward_baselines=t(OUT_BASELINES),
+        rewards,
+        torch.tensor(OUT_MASK),
+        values=None,
+        index=OUT_INDEX,
+        gamma=0.5,
+        lam=0.9,
+        norm_adv_by_std_in_grpo=True,
+        eps=1e-6,
+        reward_baselines=t(OUT_BASELINES),
     )
 
 
@@ -429,8 +426,7 @@ def test_registry_adapters_match_direct_calls():
     pairs = {
         "rloo": compute_rloo_outcome_advantage(r, m, OUT_INDEX),
         "reinforce_plus_plus": compute_reinforce_plus_plus_outcome_advantage(r, m, 0.5),
-        "reinforce_plus_plus_baseline":
-            compute_reinforce_plus_plus_baseline_outcome_advantage(r, m, OUT_INDEX),
+        "reinforce_plus_plus_baseline": compute_reinforce_plus_plus_baseline_outcome_advantage(r, m, OUT_INDEX),
         "remax": compute_remax_outcome_advantage(r, t(OUT_BASELINES), m),
     }
     for name, (direct_adv, direct_ret) in pairs.items():

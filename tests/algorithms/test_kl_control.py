@@ -94,9 +94,7 @@ MASK = [[1, 1, 1], [1, 1, 0]]
 
 def test_apply_kl_penalty_fixed():
     ctrl = FixedKLController(0.1)
-    rewards, metrics = apply_kl_penalty(
-        t(SCORES), t(OLD_LP), t(REF_LP), torch.tensor(MASK), ctrl, kind="kl"
-    )
+    rewards, metrics = apply_kl_penalty(t(SCORES), t(OLD_LP), t(REF_LP), torch.tensor(MASK), ctrl, kind="kl")
     # rewards = scores - 0.1 * kl ; padding untouched
     expected = [[0.0 - 0.05, 0.0 - 0.0, 1.0 + 0.05], [0.0 + 0.1, 2.0 - 0.0, 7.0]]
     for got, exp in zip(rewards.tolist(), expected):
@@ -111,9 +109,7 @@ def test_apply_kl_penalty_fixed():
 
 def test_apply_kl_penalty_adaptive_updates_after_use():
     ctrl = AdaptiveKLController(init_kl_coef=0.1, target_kl=0.1, horizon=10)
-    _, metrics = apply_kl_penalty(
-        t(SCORES), t(OLD_LP), t(REF_LP), torch.tensor(MASK), ctrl, kind="kl"
-    )
+    _, metrics = apply_kl_penalty(t(SCORES), t(OLD_LP), t(REF_LP), torch.tensor(MASK), ctrl, kind="kl")
     # the coefficient used (and reported) is the one before the update
     assert metrics["actor/reward_kl_penalty_coeff"] == 0.1
     # current_kl = -0.25 ; -0.25/0.1 - 1 = -3.5 -> -0.2 ; n_steps = B = 2 ; mult = 1 - 0.2*2/10
@@ -125,8 +121,7 @@ def test_apply_kl_penalty_low_var_kl():
     lp = t([[0.0, 0.0], [0.0, NAN]])
     ref = t([[1.0, 0.0], [-1.0, 3.0]])
     m = torch.tensor([[1, 1], [1, 0]])
-    rewards, metrics = apply_kl_penalty(torch.zeros(2, 2, dtype=torch.float64), lp, ref, m, ctrl,
-                                        kind="low_var_kl")
+    rewards, metrics = apply_kl_penalty(torch.zeros(2, 2, dtype=torch.float64), lp, ref, m, ctrl, kind="low_var_kl")
     # k3 = e^x - x - 1 with x = ref - lp: x=1 -> e-2 ; x=0 -> 0 ; x=-1 -> e^-1
     e = 2.718281828459045
     assert rewards.tolist()[0] == pytest.approx([-(e - 2), 0.0])
@@ -137,5 +132,4 @@ def test_apply_kl_penalty_low_var_kl():
 
 def test_apply_kl_penalty_unknown_kind():
     with pytest.raises(ValueError):
-        apply_kl_penalty(t(SCORES), t(OLD_LP), t(REF_LP), torch.tensor(MASK),
-                         FixedKLController(0.1), kind="nope")
+        apply_kl_penalty(t(SCORES), t(OLD_LP), t(REF_LP), torch.tensor(MASK), FixedKLController(0.1), kind="nope")

@@ -135,8 +135,9 @@ def test_policy_loss_dual_clip():
     assert out["pg_clipfrac_lower"].item() == pytest.approx(1 / 5)
     assert out["pg_clipfrac"].item() == pytest.approx(2 / 5)
     # positive-advantage tokens are never capped, even with a tiny c
-    out_pos = compute_policy_loss(t([[-1.0]]), t([[-1.0 + math.log(5.0)]]), t([[1.0]]),
-                                  torch.ones(1, 1), clip_ratio_c=1.5)
+    out_pos = compute_policy_loss(
+        t([[-1.0]]), t([[-1.0 + math.log(5.0)]]), t([[1.0]]), torch.ones(1, 1), clip_ratio_c=1.5
+    )
     assert out_pos["pg_loss"].item() == pytest.approx(-1.2)
     assert out_pos["pg_clipfrac_lower"].item() == 0.0
 
@@ -162,9 +163,7 @@ def test_policy_loss_log_ratio_is_clamped():
     assert out["pg_loss"].item() == pytest.approx(math.exp(20.0))
     assert out["ppo_kl"].item() == pytest.approx(-20.0)
     # float32 at a log-ratio of 200 would overflow to inf without the clamp
-    out32 = compute_policy_loss(
-        torch.zeros(1, 1), torch.full((1, 1), 200.0), -torch.ones(1, 1), torch.ones(1, 1)
-    )
+    out32 = compute_policy_loss(torch.zeros(1, 1), torch.full((1, 1), 200.0), -torch.ones(1, 1), torch.ones(1, 1))
     assert torch.isfinite(out32["pg_loss"])
 
 
@@ -322,7 +321,6 @@ def test_kl_penalty_unknown_kind():
         kl_penalty(t(LP), t(REF), "full")
 
 
-
 # --------------------------------------------------------------------------- #
 # policy-loss registry and GSPO
 # --------------------------------------------------------------------------- #
@@ -390,8 +388,13 @@ def test_gspo_sequence_ratio_is_exp_of_mean_log_ratio():
     # wide clip range: nothing clipped, so loss_i = -A_i * s_i with s_i = exp(mean log-ratio)
     adv = t([[-1.0, -1.0, -1.0], [0.0, 0.0, NAN]])  # only row 0 counts
     out = compute_policy_loss_gspo(
-        t(GSPO_OLD), _gspo_log_prob(), adv, torch.tensor(GSPO_MASK),
-        clip_ratio_low=0.9, clip_ratio_high=10.0, loss_agg_mode="seq-mean-token-sum",
+        t(GSPO_OLD),
+        _gspo_log_prob(),
+        adv,
+        torch.tensor(GSPO_MASK),
+        clip_ratio_low=0.9,
+        clip_ratio_high=10.0,
+        loss_agg_mode="seq-mean-token-sum",
     )
     # row 0: token sum = 3 * e^0.1 (every token carries s0, NOT its own e^0.3, e^-0.1, e^0.1) ; row 1: 0
     assert out["pg_loss"].item() == pytest.approx(3 * S0 / 2)
@@ -399,8 +402,13 @@ def test_gspo_sequence_ratio_is_exp_of_mean_log_ratio():
     # row 1 alone: padding (log-ratio 1000 - NaN) is not part of the mean
     adv1 = t([[0.0, 0.0, 0.0], [-1.0, -1.0, NAN]])
     out1 = compute_policy_loss_gspo(
-        t(GSPO_OLD), _gspo_log_prob(), adv1, torch.tensor(GSPO_MASK),
-        clip_ratio_low=0.9, clip_ratio_high=10.0, loss_agg_mode="seq-mean-token-mean",
+        t(GSPO_OLD),
+        _gspo_log_prob(),
+        adv1,
+        torch.tensor(GSPO_MASK),
+        clip_ratio_low=0.9,
+        clip_ratio_high=10.0,
+        loss_agg_mode="seq-mean-token-mean",
     )
     assert out1["pg_loss"].item() == pytest.approx(S1 / 2)
 
@@ -462,9 +470,7 @@ def test_gspo_padding_garbage_does_not_change_result():
     old2[1, 2], adv2[1, 2] = -1e9, 1e9
     for pad in (NAN, float("inf"), float("-inf")):
         lp = _gspo_log_prob(pad=pad)
-        other = compute_policy_loss_gspo(
-            old2, lp, adv2, torch.tensor(GSPO_MASK), **GSPO_CLIP, clip_ratio_c=3.0
-        )
+        other = compute_policy_loss_gspo(old2, lp, adv2, torch.tensor(GSPO_MASK), **GSPO_CLIP, clip_ratio_c=3.0)
         for k in base:
             assert torch.equal(base[k].detach(), other[k].detach()), k
         other["pg_loss"].backward()
@@ -541,8 +547,7 @@ def test_kl_loss_gradients():
 
 
 def test_kl_loss_agg_mode_and_unknown_kind():
-    loss = compute_kl_loss(t(KL_LP), t(KL_REF), torch.tensor(KL_MASK), "k1",
-                           loss_agg_mode="seq-mean-token-mean")
+    loss = compute_kl_loss(t(KL_LP), t(KL_REF), torch.tensor(KL_MASK), "k1", loss_agg_mode="seq-mean-token-mean")
     # row means (0.5 - 1 + 0)/3 = -1/6 and -0.2, mean over 2 rows
     assert loss.item() == pytest.approx((-1 / 6 - 0.2) / 2)
     with pytest.raises(ValueError, match="low_var_kl"):

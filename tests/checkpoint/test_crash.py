@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -17,17 +17,34 @@ from hybridrl.trainer.main_ppo import run
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
-SMALL = ["trainer.progress_bar=false", "trainer.logger=[jsonl]", "trainer.ray.include_dashboard=false",
-         "trainer.ray.object_store_memory=100000000", "trainer.test_freq=-1", "trainer.save_hf=false",
-         "data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=8", "critic.ppo_mini_batch_size=8",
-         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16", "critic.ppo_micro_batch_size_per_gpu=16"]
+SMALL = [
+    "trainer.progress_bar=false",
+    "trainer.logger=[jsonl]",
+    "trainer.ray.include_dashboard=false",
+    "trainer.ray.object_store_memory=100000000",
+    "trainer.test_freq=-1",
+    "trainer.save_hf=false",
+    "data.train_batch_size=8",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=8",
+    "critic.ppo_mini_batch_size=8",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
+    "critic.ppo_micro_batch_size_per_gpu=16",
+]
 
 
 def test_sigkill_while_checkpointing_leaves_a_resumable_latest(tmp_path):
     out = tmp_path / "run"
     ckpt_root = out / "checkpoints"
-    cmd = [sys.executable, "-m", "hybridrl.trainer.main_ppo", f"trainer.output_dir={out}", "trainer.total_steps=200",
-           "trainer.save_freq=1", "trainer.max_ckpt_to_keep=2", *SMALL]
+    cmd = [
+        sys.executable,
+        "-m",
+        "hybridrl.trainer.main_ppo",
+        f"trainer.output_dir={out}",
+        "trainer.total_steps=200",
+        "trainer.save_freq=1",
+        "trainer.max_ckpt_to_keep=2",
+        *SMALL,
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path)
     killed_mid_write = False
     try:
@@ -41,10 +58,8 @@ def test_sigkill_while_checkpointing_leaves_a_resumable_latest(tmp_path):
                 killed_mid_write = True
                 break
         for p in family:
-            try:
+            with contextlib.suppress(psutil.NoSuchProcess):
                 p.send_signal(signal.SIGKILL)
-            except psutil.NoSuchProcess:
-                pass
         proc.wait(timeout=60)
         psutil.wait_procs(family, timeout=60)
     finally:
@@ -59,8 +74,9 @@ def test_sigkill_while_checkpointing_leaves_a_resumable_latest(tmp_path):
     if killed_mid_write:  # the half-written one is never the latest
         assert any(p.name.startswith(".tmp-") for p in ckpt_root.iterdir())
 
-    result = run(load_config([f"trainer.output_dir={out}", f"trainer.total_steps={step + 1}", "trainer.save_freq=1",
-                              *SMALL]))
+    result = run(
+        load_config([f"trainer.output_dir={out}", f"trainer.total_steps={step + 1}", "trainer.save_freq=1", *SMALL])
+    )
     assert len(result["history"]) == step + 1
     assert not any(p.name.startswith(".tmp-") for p in ckpt_root.iterdir())  # stale temporaries removed
     assert manager.latest().name == f"global_step_{step + 1}"

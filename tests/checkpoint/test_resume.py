@@ -15,10 +15,19 @@ from hybridrl.trainer.main_ppo import run
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
-SMALL = ["trainer.progress_bar=false", "data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-         "critic.ppo_mini_batch_size=4", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
-         "critic.ppo_micro_batch_size_per_gpu=8", "trainer.save_freq=2", "trainer.ray.object_store_memory=100000000",
-         "trainer.ray.include_dashboard=false", "trainer.logger=[jsonl]", "actor_rollout_ref.actor.shuffle=true"]
+SMALL = [
+    "trainer.progress_bar=false",
+    "data.train_batch_size=8",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+    "critic.ppo_mini_batch_size=4",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
+    "critic.ppo_micro_batch_size_per_gpu=8",
+    "trainer.save_freq=2",
+    "trainer.ray.object_store_memory=100000000",
+    "trainer.ray.include_dashboard=false",
+    "trainer.logger=[jsonl]",
+    "actor_rollout_ref.actor.shuffle=true",
+]
 
 
 def training_metrics(path):

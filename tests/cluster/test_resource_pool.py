@@ -13,8 +13,10 @@ def test_seed_keyword_form():
 
 
 def test_role_mapping_colocates_roles():
-    m = ResourcePoolManager(pools={"gpu_group": {"GPU": 4}, "cpu_intensive": {"CPU": 16, "workers": 4}},
-                            mapping={"actor_rollout": "gpu_group", "critic": "gpu_group", "reward": "cpu_intensive"})
+    m = ResourcePoolManager(
+        pools={"gpu_group": {"GPU": 4}, "cpu_intensive": {"CPU": 16, "workers": 4}},
+        mapping={"actor_rollout": "gpu_group", "critic": "gpu_group", "reward": "cpu_intensive"},
+    )
     assert m.roles_of("gpu_group") == ["actor_rollout", "critic"]
     assert [p.name for p in m.used_pools()] == ["gpu_group", "cpu_intensive"]
     assert m.pool_of("reward").bundles() == [{"CPU": 4.0}] * 4
@@ -33,12 +35,15 @@ def test_custom_resource_labels_are_split_per_bundle():
     assert spec.bundles() == [{"CPU": 1.0, "gpu_group": 1.0, "GPU": 1.0}] * 2
 
 
-@pytest.mark.parametrize("resources,match", [
-    ({}, "no GPU and no CPU"),
-    ({"GPU": 1.5}, "whole number"),
-    ({"GPU": 2, "workers": 3}, "one worker per GPU"),
-    ({"CPU": -1}, "must not be negative"),
-])
+@pytest.mark.parametrize(
+    "resources,match",
+    [
+        ({}, "no GPU and no CPU"),
+        ({"GPU": 1.5}, "whole number"),
+        ({"GPU": 2, "workers": 3}, "one worker per GPU"),
+        ({"CPU": -1}, "must not be negative"),
+    ],
+)
 def test_bad_pools(resources, match):
     with pytest.raises(ValueError, match=match):
         PoolSpec.from_resources("p", resources)

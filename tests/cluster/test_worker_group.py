@@ -19,19 +19,36 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow]
 def ray_cluster():
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING",
-             runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false"}})
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        logging_level="WARNING",
+        runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false"}},
+    )
     yield
     ray.shutdown()
 
 
 @pytest.fixture(scope="module")
 def group(ray_cluster, tmp_path_factory):
-    path = ensure_tiny_model(tmp_path_factory.mktemp("m"), hidden_size=32, num_hidden_layers=2,
-                             num_attention_heads=4, num_key_value_heads=2, intermediate_size=64, seed=0)
-    cfg = load_config(["data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-                       "critic.ppo_mini_batch_size=4", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
-                       "critic.ppo_micro_batch_size_per_gpu=8"])
+    path = ensure_tiny_model(
+        tmp_path_factory.mktemp("m"),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        seed=0,
+    )
+    cfg = load_config(
+        [
+            "data.train_batch_size=4",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+            "critic.ppo_mini_batch_size=4",
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
+            "critic.ppo_micro_batch_size_per_gpu=8",
+        ]
+    )
     pool = PoolSpec.from_resources("global_pool", {"GPU": 2}).on_cpu_only_cluster()
     g = WorkerGroup(pool, ["actor_rollout", "ref"], cfg, path, path, start_timeout_s=120, call_timeout_s=120)
     yield g
@@ -41,9 +58,14 @@ def group(ray_cluster, tmp_path_factory):
 def prompts(n: int) -> Batch:
     tok = build_tokenizer()
     enc = tok([f"{i % 10}{(3 * i) % 10}=" for i in range(n)], padding=True, return_tensors="pt")
-    return Batch.from_dict(tensors={"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"],
-                                    "position_ids": torch.cumsum(enc["attention_mask"], 1) - 1},
-                           meta={"seed": 1})
+    return Batch.from_dict(
+        tensors={
+            "input_ids": enc["input_ids"],
+            "attention_mask": enc["attention_mask"],
+            "position_ids": torch.cumsum(enc["attention_mask"], 1) - 1,
+        },
+        meta={"seed": 1},
+    )
 
 
 def test_ranks_are_distinct_processes(group):
@@ -75,11 +97,16 @@ def test_generate_update_and_replicas_stay_equal(group):
 
 
 def test_errors_name_role_rank_and_method(group):
-    with pytest.raises(WorkerCallError, match=r"actor_rollout\+ref worker rank [01] failed in ref.nope: Role 'ref' has no method"):
+    with pytest.raises(
+        WorkerCallError, match=r"actor_rollout\+ref worker rank [01] failed in ref.nope: Role 'ref' has no method"
+    ):
         group.call_all("ref", "nope")
     with pytest.raises(WorkerCallTimeout, match=r"rank\(s\) \[0, 1\] did not finish actor_rollout.generate"):
-        group._wait([a.call.remote("actor_rollout", "generate", prompts(64)) for a in group.actors],
-                    "actor_rollout.generate", timeout_s=1e-4)
+        group._wait(
+            [a.call.remote("actor_rollout", "generate", prompts(64)) for a in group.actors],
+            "actor_rollout.generate",
+            timeout_s=1e-4,
+        )
 
 
 def test_unplaceable_pool_fails_fast(ray_cluster, tmp_path):

@@ -16,7 +16,9 @@ def test_defaults_load_and_are_readonly():
 
 
 def test_dotted_override_and_interpolation():
-    cfg = load_config(["trainer.total_steps=7", "trainer.experiment_name=x", "actor_rollout_ref.actor.optim.betas=[0.8,0.9]"])
+    cfg = load_config(
+        ["trainer.total_steps=7", "trainer.experiment_name=x", "actor_rollout_ref.actor.optim.betas=[0.8,0.9]"]
+    )
     assert cfg.trainer.total_steps == 7
     assert cfg.trainer.output_dir == "outputs/hybridrl/x"
     assert list(cfg.actor_rollout_ref.actor.optim.betas) == [0.8, 0.9]
@@ -56,8 +58,14 @@ def test_mini_batch_must_divide_train_batch():
 
 def test_sequences_must_split_over_workers():
     with pytest.raises(ConfigError, match=r"= 15 sequences cannot be split evenly over the 2 workers"):
-        load_config(["data.train_batch_size=15", "actor_rollout_ref.rollout.n=1",
-                     "actor_rollout_ref.actor.ppo_mini_batch_size=15", "critic.ppo_mini_batch_size=15"])
+        load_config(
+            [
+                "data.train_batch_size=15",
+                "actor_rollout_ref.rollout.n=1",
+                "actor_rollout_ref.actor.ppo_mini_batch_size=15",
+                "critic.ppo_mini_batch_size=15",
+            ]
+        )
 
 
 def test_pool_mapping_errors():
@@ -86,11 +94,17 @@ def test_config_show_error_exit_code(capsys):
 def test_main_rejects_bad_config_before_ray(tmp_path):
     """A config mistake exits non-zero with one clear message and starts no Ray actor (or cluster)."""
     proc = subprocess.run(
-        [sys.executable, "-c",
-         "import sys; from hybridrl.trainer.main_ppo import main; code = main(sys.argv[1:]);"
-         "print('RAY_LOADED', 'ray' in sys.modules); sys.exit(code)",
-         "trainer.total_stepz=3"],
-        capture_output=True, text=True, cwd=tmp_path, timeout=120,
+        [
+            sys.executable,
+            "-c",
+            "import sys; from hybridrl.trainer.main_ppo import main; code = main(sys.argv[1:]);"
+            "print('RAY_LOADED', 'ray' in sys.modules); sys.exit(code)",
+            "trainer.total_stepz=3",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
     )
     assert proc.returncode == 2
     errors = [line for line in proc.stderr.splitlines() if "ERROR" in line]
@@ -102,7 +116,7 @@ def test_main_rejects_bad_config_before_ray(tmp_path):
 def test_every_key_is_documented():
     from pathlib import Path
 
-    from omegaconf import DictConfig, OmegaConf
+    from omegaconf import DictConfig
 
     doc = (Path(__file__).resolve().parents[2] / "docs" / "CONFIG.md").read_text()
     cfg = load_config()
@@ -133,19 +147,31 @@ def test_uninstalled_tracker_is_refused_before_launch():
 
 def test_seed_strategy_form_is_normalised(tmp_path):
     seed = tmp_path / "fsdp_default.yaml"
-    seed.write_text("critic:\n  strategy:\n    name: fsdp\n    params: {mixed_precision: true, sharding_strategy: "
-                    "HYBRID_SHARD, cpu_offload: false, limit_all_gathers: true}\n")
+    seed.write_text(
+        "critic:\n  strategy:\n    name: fsdp\n    params: {mixed_precision: true, sharding_strategy: "
+        "HYBRID_SHARD, cpu_offload: false, limit_all_gathers: true}\n"
+    )
     cfg = load_config([], yaml_path=str(seed))
     assert cfg.critic.strategy == "fsdp"
     assert cfg.critic.fsdp.sharding_strategy == "HYBRID_SHARD" and cfg.critic.fsdp.mixed_precision is True
-    cfg = load_config(["actor_rollout_ref.actor.strategy.name=fsdp",
-                       "actor_rollout_ref.actor.strategy.params.sharding_strategy=NO_SHARD"])
+    cfg = load_config(
+        [
+            "actor_rollout_ref.actor.strategy.name=fsdp",
+            "actor_rollout_ref.actor.strategy.params.sharding_strategy=NO_SHARD",
+        ]
+    )
     assert cfg.actor_rollout_ref.actor.fsdp.sharding_strategy == "NO_SHARD"
     with pytest.raises(ConfigError, match=r"takes 'name' and 'params'; got \['paramz'\]"):
         load_config(["critic.strategy.paramz.x=1"])
 
 
 def test_shard_group_must_divide_the_workers():
-    with pytest.raises(ConfigError, match=r"actor_rollout_ref.actor.fsdp.shard_group_size \(3\) must divide the 2 workers"):
-        load_config(["actor_rollout_ref.actor.fsdp.sharding_strategy=HYBRID_SHARD",
-                     "actor_rollout_ref.actor.fsdp.shard_group_size=3"])
+    with pytest.raises(
+        ConfigError, match=r"actor_rollout_ref.actor.fsdp.shard_group_size \(3\) must divide the 2 workers"
+    ):
+        load_config(
+            [
+                "actor_rollout_ref.actor.fsdp.sharding_strategy=HYBRID_SHARD",
+                "actor_rollout_ref.actor.fsdp.shard_group_size=3",
+            ]
+        )

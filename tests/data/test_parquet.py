@@ -50,8 +50,10 @@ def test_good_rows_are_chat_templated(tmp_path, caplog):
     # the examples feed the existing dataset and reward registry unchanged
     batch = PromptDataset(examples, build_char_tokenizer(), max_prompt_length=256).collate([0, 1])
     assert batch.non_tensors["prompt_text"][1] == "<|user|>2*4?\n<|assistant|>"
-    assert score_batch(batch.non_tensors["data_source"], ["#### 5", "#### 9"],
-                       batch.non_tensors["ground_truth"]) == [1.0, 0.0]
+    assert score_batch(batch.non_tensors["data_source"], ["#### 5", "#### 9"], batch.non_tensors["ground_truth"]) == [
+        1.0,
+        0.0,
+    ]
 
 
 def test_optional_columns_and_custom_prompt_key(tmp_path):
@@ -65,15 +67,20 @@ def test_optional_columns_and_custom_prompt_key(tmp_path):
 
 
 def test_multi_turn_prompt_and_map_extra_info(tmp_path):
-    schema = pa.schema([
-        ("data_source", pa.string()),
-        ("prompt", pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))),
-        ("reward_model", pa.struct([("ground_truth", pa.string())])),
-        ("extra_info", pa.map_(pa.string(), pa.string())),
-    ])
-    r = {"data_source": "math",
-         "prompt": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "1+1?"}],
-         "reward_model": {"ground_truth": "2"}, "extra_info": [("split", "test")]}
+    schema = pa.schema(
+        [
+            ("data_source", pa.string()),
+            ("prompt", pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))),
+            ("reward_model", pa.struct([("ground_truth", pa.string())])),
+            ("extra_info", pa.map_(pa.string(), pa.string())),
+        ]
+    )
+    r = {
+        "data_source": "math",
+        "prompt": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "1+1?"}],
+        "reward_model": {"ground_truth": "2"},
+        "extra_info": [("split", "test")],
+    }
     (ex,), _ = load(write(tmp_path, [r], schema=schema))
     assert ex.prompt == "<|system|>Be brief.\n<|user|>1+1?\n<|assistant|>"
     assert ex.extra_info == {"split": "test"}
@@ -113,21 +120,24 @@ def test_missing_column(tmp_path, column):
         load(write(tmp_path, [r], name="bad.parquet"))
 
 
-@pytest.mark.parametrize("overrides, column, message", [
-    ({"data_source": ""}, "data_source", "non-empty string"),
-    ({"data_source": None}, "data_source", "non-empty string"),
-    ({"prompt": []}, "prompt", "non-empty list"),
-    ({"prompt": None}, "prompt", "non-empty list"),
-    ({"prompt": "What is 2+3?"}, "prompt", "plain string"),
-    ({"prompt": [{"role": "user"}]}, "prompt", "message 0 must be a dict with string 'role' and 'content'"),
-    ({"prompt": [{"content": "hi"}]}, "prompt", "message 0 must be a dict"),
-    ({"ability": 3}, "ability", "must be a string"),
-    ({"reward_model": {"style": "rule"}}, "reward_model", "no 'ground_truth'"),
-    ({"reward_model": {"style": "rule", "ground_truth": None}}, "reward_model", "no 'ground_truth'"),
-    ({"reward_model": None}, "reward_model", "must be a struct"),
-    ({"reward_model": "5"}, "reward_model", "must be a struct"),
-    ({"extra_info": "train"}, "extra_info", "must be a struct/dict"),
-])
+@pytest.mark.parametrize(
+    "overrides, column, message",
+    [
+        ({"data_source": ""}, "data_source", "non-empty string"),
+        ({"data_source": None}, "data_source", "non-empty string"),
+        ({"prompt": []}, "prompt", "non-empty list"),
+        ({"prompt": None}, "prompt", "non-empty list"),
+        ({"prompt": "What is 2+3?"}, "prompt", "plain string"),
+        ({"prompt": [{"role": "user"}]}, "prompt", "message 0 must be a dict with string 'role' and 'content'"),
+        ({"prompt": [{"content": "hi"}]}, "prompt", "message 0 must be a dict"),
+        ({"ability": 3}, "ability", "must be a string"),
+        ({"reward_model": {"style": "rule"}}, "reward_model", "no 'ground_truth'"),
+        ({"reward_model": {"style": "rule", "ground_truth": None}}, "reward_model", "no 'ground_truth'"),
+        ({"reward_model": None}, "reward_model", "must be a struct"),
+        ({"reward_model": "5"}, "reward_model", "must be a struct"),
+        ({"extra_info": "train"}, "extra_info", "must be a struct/dict"),
+    ],
+)
 def test_malformed_row_names_file_row_and_column(tmp_path, overrides, column, message):
     # the bad row is row 2, after two good ones; where pyarrow cannot put the bad value in the same
     # column as good ones (a string among structs), the bad row is written alone
@@ -158,8 +168,11 @@ def test_overlong_filtered(tmp_path, caplog):
 
 def test_overlong_error(tmp_path):
     path = write(tmp_path, [row("x"), row("y" * 30)], name="long.parquet")
-    with pytest.raises(ValueError, match=r"long\.parquet: row 1, column 'prompt': the templated prompt has 52 "
-                                         r"tokens, more than max_prompt_length=32"):
+    with pytest.raises(
+        ValueError,
+        match=r"long\.parquet: row 1, column 'prompt': the templated prompt has 52 "
+        r"tokens, more than max_prompt_length=32",
+    ):
         load(path, max_prompt_length=32, filter_overlong_prompts=False)
 
 
@@ -168,8 +181,13 @@ def test_overlong_truncation_left_and_right(tmp_path):
     path = write(tmp_path, [row("0123456789" * 3), row("short")])
     (left, short), stats = load(path, tok, max_prompt_length=32, filter_overlong_prompts=False, truncation="left")
     assert stats == {"rows": 2, "filtered_overlong": 0, "truncated": 1}
-    assert left == Example(prompt="234567890123456789\n<|assistant|>", ground_truth="5",
-                           data_source="openai/gsm8k", extra_info={"split": "train", "index": 0}, ability="math")
+    assert left == Example(
+        prompt="234567890123456789\n<|assistant|>",
+        ground_truth="5",
+        data_source="openai/gsm8k",
+        extra_info={"split": "train", "index": 0},
+        ability="math",
+    )
     assert len(tok(left.prompt, add_special_tokens=False)["input_ids"]) == 32
     assert short.prompt == "<|user|>short\n<|assistant|>"
     (right, _), _ = load(path, tok, max_prompt_length=32, filter_overlong_prompts=False, truncation="right")
@@ -196,6 +214,8 @@ def test_bad_arguments(tmp_path):
 
 def test_tiny_tokenizer_with_a_chat_template(tmp_path):
     tok = build_tokenizer()
-    tok.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}{% if add_generation_prompt %}={% endif %}"
+    tok.chat_template = (
+        "{% for m in messages %}{{ m['content'] }}{% endfor %}{% if add_generation_prompt %}={% endif %}"
+    )
     (ex,), _ = load(write(tmp_path, [row("12+3", "15")]), tok, max_prompt_length=8)
     assert ex.prompt == "12+3="

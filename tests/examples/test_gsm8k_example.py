@@ -20,9 +20,18 @@ def tiny_llama(directory: Path) -> Path:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     tok = build_char_tokenizer()
-    config = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                         pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, bos_token_id=None)
+    config = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+        bos_token_id=None,
+    )
     torch.manual_seed(0)
     model = LlamaForCausalLM(config)
     model.generation_config.pad_token_id = tok.pad_token_id
@@ -32,13 +41,26 @@ def tiny_llama(directory: Path) -> Path:
 
 
 def fixture_parquet(directory: Path) -> tuple[Path, Path]:
-    rows = [{"question": f"What is {a} plus {b}?", "answer": f"{a} + {b} = {a + b}\n#### {a + b}"}
-            for a, b in [(1, 2), (3, 4), (5, 1), (2, 2), (7, 1), (0, 9), (4, 4), (6, 3)]]
+    rows = [
+        {"question": f"What is {a} plus {b}?", "answer": f"{a} + {b} = {a + b}\n#### {a + b}"}
+        for a, b in [(1, 2), (3, 4), (5, 1), (2, 2), (7, 1), (0, 9), (4, 4), (6, 3)]
+    ]
     for split, chunk in (("train", rows), ("test", rows[:4])):
         src = directory / f"{split}.jsonl"
         src.write_text("".join(json.dumps(r) + "\n" for r in chunk))
-        subprocess.run([sys.executable, str(ROOT / "examples/data_preprocess/gsm8k.py"), "--input", str(src),
-                        "--split-name", split, "--output-dir", str(directory / "gsm8k")], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                str(ROOT / "examples/data_preprocess/gsm8k.py"),
+                "--input",
+                str(src),
+                "--split-name",
+                split,
+                "--output-dir",
+                str(directory / "gsm8k"),
+            ],
+            check=True,
+        )
     return directory / "gsm8k" / "train.parquet", directory / "gsm8k" / "test.parquet"
 
 
@@ -48,16 +70,33 @@ def test_gsm8k_example_runs(tmp_path):
     model = tiny_llama(tmp_path / "llama")
     train, test = fixture_parquet(tmp_path)
     out = tmp_path / "run"
-    code = main(["--config", str(ROOT / "examples/ppo_gsm8k.yaml"),
-                 f"actor_rollout_ref.model.path={model}", f"data.train_files={train}", f"data.val_files={test}",
-                 f"trainer.output_dir={out}", "trainer.total_steps=2", "trainer.test_freq=1",
-                 "trainer.progress_bar=false", "trainer.ray.include_dashboard=false",
-                 "trainer.ray.object_store_memory=100000000", "resource_pool.pools.global_pool.GPU=2",
-                 "data.train_batch_size=4", "data.max_prompt_length=160", "data.max_response_length=8",
-                 "actor_rollout_ref.actor.ppo_mini_batch_size=4", "critic.ppo_mini_batch_size=4",
-                 "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", "critic.ppo_micro_batch_size_per_gpu=2",
-                 "actor_rollout_ref.actor.precision=fp32", "critic.precision=fp32",
-                 "actor_rollout_ref.actor.fsdp.mixed_precision=false", "critic.fsdp.mixed_precision=false"])
+    code = main(
+        [
+            "--config",
+            str(ROOT / "examples/ppo_gsm8k.yaml"),
+            f"actor_rollout_ref.model.path={model}",
+            f"data.train_files={train}",
+            f"data.val_files={test}",
+            f"trainer.output_dir={out}",
+            "trainer.total_steps=2",
+            "trainer.test_freq=1",
+            "trainer.progress_bar=false",
+            "trainer.ray.include_dashboard=false",
+            "trainer.ray.object_store_memory=100000000",
+            "resource_pool.pools.global_pool.GPU=2",
+            "data.train_batch_size=4",
+            "data.max_prompt_length=160",
+            "data.max_response_length=8",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+            "critic.ppo_mini_batch_size=4",
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+            "critic.ppo_micro_batch_size_per_gpu=2",
+            "actor_rollout_ref.actor.precision=fp32",
+            "critic.precision=fp32",
+            "actor_rollout_ref.actor.fsdp.mixed_precision=false",
+            "critic.fsdp.mixed_precision=false",
+        ]
+    )
     assert code == 0
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 2

@@ -28,22 +28,36 @@ gsm8k = load_script("gsm8k")
 math_dataset = load_script("math_dataset")
 
 GSM8K_ROWS = [
-    {"question": "Tom has 3 apples and buys 4 more. How many apples does he have?",
-     "answer": "He has 3 + 4 = <<3+4=7>>7 apples.\n#### 7"},
-    {"question": "A farm sells 1,200 eggs a day. How many in 2 days?",
-     "answer": "1,200 * 2 = <<1200*2=2400>>2,400\n#### 2,400"},
-    {"question": "The temperature drops 5 degrees from 2. What is it now?",
-     "answer": "2 - 5 = -3\n#### -3"},
+    {
+        "question": "Tom has 3 apples and buys 4 more. How many apples does he have?",
+        "answer": "He has 3 + 4 = <<3+4=7>>7 apples.\n#### 7",
+    },
+    {
+        "question": "A farm sells 1,200 eggs a day. How many in 2 days?",
+        "answer": "1,200 * 2 = <<1200*2=2400>>2,400\n#### 2,400",
+    },
+    {"question": "The temperature drops 5 degrees from 2. What is it now?", "answer": "2 - 5 = -3\n#### -3"},
 ]
 
 MATH_ROWS = [
-    {"problem": "What is $\\frac{1}{4} + \\frac{1}{4}$?",
-     "solution": "We add: $\\frac{1}{4}+\\frac{1}{4} = \\boxed{\\frac{1}{2}}$.", "level": "Level 1",
-     "type": "Prealgebra"},
-    {"problem": "Solve $x^2 = 4$ for $x > 0$.", "solution": "So $x = \\boxed{2}$.", "level": "Level 2",
-     "type": "Algebra"},
-    {"problem": "Simplify $\\sqrt{8}$.", "solution": "$\\sqrt{8} = \\boxed{2\\sqrt{2}}$", "level": "Level 3",
-     "type": "Algebra"},
+    {
+        "problem": "What is $\\frac{1}{4} + \\frac{1}{4}$?",
+        "solution": "We add: $\\frac{1}{4}+\\frac{1}{4} = \\boxed{\\frac{1}{2}}$.",
+        "level": "Level 1",
+        "type": "Prealgebra",
+    },
+    {
+        "problem": "Solve $x^2 = 4$ for $x > 0$.",
+        "solution": "So $x = \\boxed{2}$.",
+        "level": "Level 2",
+        "type": "Algebra",
+    },
+    {
+        "problem": "Simplify $\\sqrt{8}$.",
+        "solution": "$\\sqrt{8} = \\boxed{2\\sqrt{2}}$",
+        "level": "Level 3",
+        "type": "Algebra",
+    },
 ]
 
 
@@ -62,30 +76,58 @@ def test_gsm8k_convert_row_is_verl_format():
     out = gsm8k.convert_row(GSM8K_ROWS[1], 1, "train")
     assert out == {
         "data_source": "openai/gsm8k",
-        "prompt": [{"role": "user", "content": GSM8K_ROWS[1]["question"]
-                    + ' Let\'s think step by step and output the final answer after "####".'}],
+        "prompt": [
+            {
+                "role": "user",
+                "content": GSM8K_ROWS[1]["question"]
+                + ' Let\'s think step by step and output the final answer after "####".',
+            }
+        ],
         "ability": "math",
         "reward_model": {"style": "rule", "ground_truth": "2400"},
-        "extra_info": {"split": "train", "index": 1, "answer": GSM8K_ROWS[1]["answer"],
-                       "question": GSM8K_ROWS[1]["question"]},
+        "extra_info": {
+            "split": "train",
+            "index": 1,
+            "answer": GSM8K_ROWS[1]["answer"],
+            "question": GSM8K_ROWS[1]["question"],
+        },
     }
 
 
 def test_math_convert_row_is_verl_format():
     out = math_dataset.convert_row(MATH_ROWS[0], 0, "test")
     assert out["data_source"] == "DigitalLearningGmbH/MATH-lighteval"
-    assert out["prompt"] == [{"role": "user", "content": MATH_ROWS[0]["problem"]
-                              + " Let's think step by step and output the final answer within \\boxed{}."}]
+    assert out["prompt"] == [
+        {
+            "role": "user",
+            "content": MATH_ROWS[0]["problem"]
+            + " Let's think step by step and output the final answer within \\boxed{}.",
+        }
+    ]
     assert out["ability"] == "math"
     assert out["reward_model"] == {"style": "rule", "ground_truth": "\\frac{1}{2}"}
-    assert out["extra_info"] == {"split": "test", "index": 0, "question": MATH_ROWS[0]["problem"],
-                                 "answer": MATH_ROWS[0]["solution"], "level": "Level 1", "type": "Prealgebra"}
+    assert out["extra_info"] == {
+        "split": "test",
+        "index": 0,
+        "question": MATH_ROWS[0]["problem"],
+        "answer": MATH_ROWS[0]["solution"],
+        "level": "Level 1",
+        "type": "Prealgebra",
+    }
 
 
 @pytest.mark.parametrize("fmt", ["json", "jsonl", "parquet"])
 def test_gsm8k_round_trip(tmp_path, fmt):
-    path = gsm8k.main(["--input", write_input(tmp_path, GSM8K_ROWS, fmt), "--split-name", "train",
-                       "--output-dir", str(tmp_path / "out")])
+    path = gsm8k.main(
+        [
+            "--input",
+            write_input(tmp_path, GSM8K_ROWS, fmt),
+            "--split-name",
+            "train",
+            "--output-dir",
+            str(tmp_path / "out"),
+        ]
+    )
     assert path == tmp_path / "out" / "train.parquet"
     examples, stats = load_parquet_examples(str(path), build_char_tokenizer(), max_prompt_length=512)
     assert stats["rows"] == 3 and [e.ground_truth for e in examples] == ["7", "2400", "-3"]
@@ -101,8 +143,16 @@ def test_gsm8k_round_trip(tmp_path, fmt):
 
 @pytest.mark.parametrize("fmt", ["json", "jsonl", "parquet"])
 def test_math_round_trip(tmp_path, fmt):
-    path = math_dataset.main(["--input", write_input(tmp_path, MATH_ROWS, fmt), "--split-name", "test",
-                              "--output-dir", str(tmp_path / "out")])
+    path = math_dataset.main(
+        [
+            "--input",
+            write_input(tmp_path, MATH_ROWS, fmt),
+            "--split-name",
+            "test",
+            "--output-dir",
+            str(tmp_path / "out"),
+        ]
+    )
     assert path == tmp_path / "out" / "test.parquet"
     examples, stats = load_parquet_examples(str(path), build_char_tokenizer(), max_prompt_length=512)
     truths = [e.ground_truth for e in examples]
@@ -116,8 +166,21 @@ def test_math_round_trip(tmp_path, fmt):
 
 def test_scripts_run_from_the_command_line(tmp_path):
     src = write_input(tmp_path, GSM8K_ROWS, "jsonl")
-    out = subprocess.run([sys.executable, str(SCRIPTS / "gsm8k.py"), "--input", src, "--split-name", "test",
-                          "--output-dir", str(tmp_path)], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPTS / "gsm8k.py"),
+            "--input",
+            src,
+            "--split-name",
+            "test",
+            "--output-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert "Wrote 3 rows" in out.stdout
     assert pq.read_table(tmp_path / "test.parquet").num_rows == 3
 
@@ -127,11 +190,18 @@ def test_bad_rows_name_the_row(tmp_path):
     with pytest.raises(SystemExit, match=r"input\.jsonl: Row 1: the answer does not end with '#### <number>'"):
         gsm8k.main(["--input", write_input(tmp_path, rows, "jsonl"), "--output-dir", str(tmp_path)])
     with pytest.raises(SystemExit, match=r"Row 0: needs a string 'problem'"):
-        math_dataset.main(["--input", write_input(tmp_path, [{"question": "x"}], "json"),
-                           "--output-dir", str(tmp_path)])
+        math_dataset.main(
+            ["--input", write_input(tmp_path, [{"question": "x"}], "json"), "--output-dir", str(tmp_path)]
+        )
     with pytest.raises(SystemExit, match=r"Row 1: the solution has no complete \\boxed"):
-        math_dataset.main(["--input", write_input(tmp_path, MATH_ROWS[:1] + [{"problem": "p", "solution": "42"}],
-                                                  "json"), "--output-dir", str(tmp_path)])
+        math_dataset.main(
+            [
+                "--input",
+                write_input(tmp_path, MATH_ROWS[:1] + [{"problem": "p", "solution": "42"}], "json"),
+                "--output-dir",
+                str(tmp_path),
+            ]
+        )
 
 
 def test_bad_input_files(tmp_path):
@@ -149,8 +219,9 @@ def test_bad_input_files(tmp_path):
 
 def test_no_input_without_datasets_package_says_what_to_do(tmp_path, monkeypatch):
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a, **k: None if name == "datasets" else real(name, *a, **k))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a, **k: None if name == "datasets" else real(name, *a, **k)
+    )
     with pytest.raises(SystemExit, match=r"`datasets` package is not installed: pass --input"):
         gsm8k.main(["--split-name", "train", "--output-dir", str(tmp_path)])
     with pytest.raises(SystemExit, match=r"MATH-lighteval's 'test' split"):

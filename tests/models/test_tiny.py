@@ -4,8 +4,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from hybridrl.models.loader import load_causal_lm, load_tokenizer, load_value_model
 from hybridrl.models.tiny import ensure_tiny_model
 
-TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-            intermediate_size=64, seed=0)
+TINY = dict(
+    hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=64, seed=0
+)
 
 
 def test_tiny_model_round_trips_through_hf(tmp_path):

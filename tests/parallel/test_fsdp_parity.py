@@ -8,9 +8,8 @@ from safetensors.torch import load_file, save_file
 
 from hybridrl.config.loader import load_config
 from hybridrl.models.tiny import ensure_tiny_model
-from hybridrl.protocol import Batch
-
 from hybridrl.parallel.launch import run_ranks
+from hybridrl.protocol import Batch
 
 B, P, R = 16, 4, 3  # sequences, prompt tokens, response tokens
 # bf16 vs fp32 after 6 AdamW steps at lr 1e-3: Adam moves a weight by about lr per step whatever the
@@ -25,31 +24,42 @@ def make_batch(vocab: int) -> Batch:
     g = torch.Generator().manual_seed(0)
     input_ids = torch.randint(3, vocab, (B, P + R), generator=g)
     attention_mask = torch.ones(B, P + R, dtype=torch.long)
-    return Batch.from_dict(tensors={
-        "input_ids": input_ids, "attention_mask": attention_mask,
-        "position_ids": torch.arange(P + R).expand(B, -1).clone(),
-        "responses": input_ids[:, P:].clone(), "response_mask": torch.ones(B, R, dtype=torch.long),
-        "old_log_probs": -torch.rand(B, R, generator=g) - 2.5,
-        "advantages": torch.randn(B, R, generator=g),
-        "values": torch.randn(B, R, generator=g) * 0.1,
-        "returns": torch.randn(B, R, generator=g),
-    }, meta={"seed": 3})
+    return Batch.from_dict(
+        tensors={
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "position_ids": torch.arange(P + R).expand(B, -1).clone(),
+            "responses": input_ids[:, P:].clone(),
+            "response_mask": torch.ones(B, R, dtype=torch.long),
+            "old_log_probs": -torch.rand(B, R, generator=g) - 2.5,
+            "advantages": torch.randn(B, R, generator=g),
+            "values": torch.randn(B, R, generator=g) * 0.1,
+            "returns": torch.randn(B, R, generator=g),
+        },
+        meta={"seed": 3},
+    )
 
 
 def overrides(world_size: int, sharding: str, extra: tuple[str, ...] = ()) -> list[str]:
     # 4 prompts x 4 samples = 16 sequences; one mini-batch of 16, micro-batches of 4 on every layout.
     return [
-        "data.train_batch_size=4", "actor_rollout_ref.rollout.n=4",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=4", "critic.ppo_mini_batch_size=4",
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4", "critic.ppo_micro_batch_size_per_gpu=4",
+        "data.train_batch_size=4",
+        "actor_rollout_ref.rollout.n=4",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+        "critic.ppo_mini_batch_size=4",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+        "critic.ppo_micro_batch_size_per_gpu=4",
         f"resource_pool.pools.global_pool.GPU={world_size}",
-        f"actor_rollout_ref.actor.fsdp.sharding_strategy={sharding}", f"critic.fsdp.sharding_strategy={sharding}",
-        "actor_rollout_ref.actor.entropy_coeff=0.01", *extra,
+        f"actor_rollout_ref.actor.fsdp.sharding_strategy={sharding}",
+        f"critic.fsdp.sharding_strategy={sharding}",
+        "actor_rollout_ref.actor.entropy_coeff=0.01",
+        *extra,
     ]
 
 
-def train_on_rank(rank: int, world_size: int, model_path: str, sharding: str, out_dir: str,
-                  extra: tuple[str, ...] = ()) -> None:
+def train_on_rank(
+    rank: int, world_size: int, model_path: str, sharding: str, out_dir: str, extra: tuple[str, ...] = ()
+) -> None:
     from torch.distributed.device_mesh import init_device_mesh
 
     from hybridrl.workers.actor_rollout import ActorRolloutRole
@@ -69,30 +79,50 @@ def train_on_rank(rank: int, world_size: int, model_path: str, sharding: str, ou
     # Every rank must hold the same full weights; rank 0 writes them for the comparison.
     save_file({k: v.contiguous() for k, v in actor_state.items()}, f"{out_dir}/actor_rank{rank}.safetensors")
     save_file({k: v.contiguous() for k, v in critic_state.items()}, f"{out_dir}/critic_rank{rank}.safetensors")
-    torch.save({"pg": torch.tensor(losses), "vf": torch.tensor(vf), "skipped": actor.engine.skipped_steps,
-                "scale": actor.engine.loss_scaler.scale if actor.engine.loss_scaler else 0.0},
-               f"{out_dir}/losses_rank{rank}.pt")
+    torch.save(
+        {
+            "pg": torch.tensor(losses),
+            "vf": torch.tensor(vf),
+            "skipped": actor.engine.skipped_steps,
+            "scale": actor.engine.loss_scaler.scale if actor.engine.loss_scaler else 0.0,
+        },
+        f"{out_dir}/losses_rank{rank}.pt",
+    )
 
 
 def _close(a: dict, b: dict, rtol: float = 1e-5, atol: float = 1e-6) -> None:
     assert a.keys() == b.keys()
     for k in a:
-        torch.testing.assert_close(a[k], b[k], rtol=rtol, atol=atol, msg=lambda m: f"{k}: {m}")
+        torch.testing.assert_close(a[k], b[k], rtol=rtol, atol=atol, msg=lambda m, k=k: f"{k}: {m}")
 
 
-@pytest.mark.parametrize("sharding,world,extra", [
-    ("FULL_SHARD", 2, ()),
-    ("SHARD_GRAD_OP", 2, ()),
-    ("NO_SHARD", 2, ()),
-    # 4 ranks: 2 replicas x shard groups of 2. Replicas must stay equal and match one process.
-    ("HYBRID_SHARD", 4, ("actor_rollout_ref.actor.fsdp.shard_group_size=2", "critic.fsdp.shard_group_size=2")),
-    ("FULL_SHARD", 2, ("actor_rollout_ref.actor.fsdp.limit_all_gathers=false", "critic.fsdp.limit_all_gathers=false")),
-    # CPU offload is meaningful without an accelerator too (plain, unpinned memory): same result.
-    ("FULL_SHARD", 2, ("actor_rollout_ref.actor.fsdp.cpu_offload=true", "critic.fsdp.cpu_offload=true")),
-])
+@pytest.mark.parametrize(
+    "sharding,world,extra",
+    [
+        ("FULL_SHARD", 2, ()),
+        ("SHARD_GRAD_OP", 2, ()),
+        ("NO_SHARD", 2, ()),
+        # 4 ranks: 2 replicas x shard groups of 2. Replicas must stay equal and match one process.
+        ("HYBRID_SHARD", 4, ("actor_rollout_ref.actor.fsdp.shard_group_size=2", "critic.fsdp.shard_group_size=2")),
+        (
+            "FULL_SHARD",
+            2,
+            ("actor_rollout_ref.actor.fsdp.limit_all_gathers=false", "critic.fsdp.limit_all_gathers=false"),
+        ),
+        # CPU offload is meaningful without an accelerator too (plain, unpinned memory): same result.
+        ("FULL_SHARD", 2, ("actor_rollout_ref.actor.fsdp.cpu_offload=true", "critic.fsdp.cpu_offload=true")),
+    ],
+)
 def test_fsdp_matches_single_process(tmp_path, sharding, world, extra):
-    model_path = ensure_tiny_model(tmp_path / "m", hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                   num_key_value_heads=2, intermediate_size=64, seed=0)
+    model_path = ensure_tiny_model(
+        tmp_path / "m",
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        seed=0,
+    )
     single, multi = tmp_path / "one", tmp_path / "many"
     single.mkdir(), multi.mkdir()
     run_ranks(train_on_rank, 1, model_path, "FULL_SHARD", str(single))
@@ -115,13 +145,26 @@ def test_fsdp_matches_single_process(tmp_path, sharding, world, extra):
 
 def test_bf16_mixed_precision_stays_close_to_fp32(tmp_path):
     """bf16 parameters in compute (fp32 masters and reduction): within BF16_TOL of the fp32 run."""
-    model_path = ensure_tiny_model(tmp_path / "m", hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                   num_key_value_heads=2, intermediate_size=64, seed=0)
+    model_path = ensure_tiny_model(
+        tmp_path / "m",
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        seed=0,
+    )
     fp32, bf16 = tmp_path / "fp32", tmp_path / "bf16"
     fp32.mkdir(), bf16.mkdir()
     run_ranks(train_on_rank, 1, model_path, "FULL_SHARD", str(fp32))
-    run_ranks(train_on_rank, 2, model_path, "FULL_SHARD", str(bf16),
-              ("actor_rollout_ref.actor.fsdp.mixed_precision=true", "actor_rollout_ref.actor.precision=bf16"))
+    run_ranks(
+        train_on_rank,
+        2,
+        model_path,
+        "FULL_SHARD",
+        str(bf16),
+        ("actor_rollout_ref.actor.fsdp.mixed_precision=true", "actor_rollout_ref.actor.precision=bf16"),
+    )
     ref, got = load_file(fp32 / "actor_rank0.safetensors"), load_file(bf16 / "actor_rank0.safetensors")
     _close(ref, got, rtol=0, atol=BF16_TOL)
     diffs = torch.cat([(ref[k] - got[k]).abs().flatten() for k in ref])
@@ -129,10 +172,23 @@ def test_bf16_mixed_precision_stays_close_to_fp32(tmp_path):
 
 
 def test_fp16_loss_scaling_skips_overflowing_steps(tmp_path):
-    model_path = ensure_tiny_model(tmp_path / "m", hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                   num_key_value_heads=2, intermediate_size=64, seed=0)
-    run_ranks(train_on_rank, 2, model_path, "FULL_SHARD", str(tmp_path),
-              ("actor_rollout_ref.actor.precision=fp16", "actor_rollout_ref.actor.gradient_scale=1e30"))
+    model_path = ensure_tiny_model(
+        tmp_path / "m",
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        seed=0,
+    )
+    run_ranks(
+        train_on_rank,
+        2,
+        model_path,
+        "FULL_SHARD",
+        str(tmp_path),
+        ("actor_rollout_ref.actor.precision=fp16", "actor_rollout_ref.actor.gradient_scale=1e30"),
+    )
     result = torch.load(tmp_path / "losses_rank0.pt")
     # A 1e30 scale overflows fp16 gradients: those steps are skipped and the scale halves each time.
     assert result["skipped"] >= 1 and result["scale"] < 1e30

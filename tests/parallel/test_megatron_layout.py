@@ -10,7 +10,7 @@ from hybridrl.parallel.megatron import MegatronLayout, megatron_fit_errors
 
 def test_rank_grid_puts_tensor_parallel_ranks_next_to_each_other():
     # 8 ranks as pp=2 x dp=2 x tp=2: rank = (pp * dp_size + dp) * tp_size + tp
-    coords = [(l.pp_rank, l.dp_rank, l.tp_rank) for l in (MegatronLayout(8, 2, 2, r) for r in range(8))]
+    coords = [(lay.pp_rank, lay.dp_rank, lay.tp_rank) for lay in (MegatronLayout(8, 2, 2, r) for r in range(8))]
     assert coords == [(0, 0, 0), (0, 0, 1), (0, 1, 0), (0, 1, 1), (1, 0, 0), (1, 0, 1), (1, 1, 0), (1, 1, 1)]
     collectors = [r for r in range(8) if MegatronLayout(8, 2, 2, r).collects]
     assert collectors == [4, 6]  # tp rank 0 of the last stage, one per data-parallel replica

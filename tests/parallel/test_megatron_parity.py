@@ -26,36 +26,47 @@ def make_batch(vocab: int) -> Batch:
     attention_mask = torch.ones(B, P + R, dtype=torch.long)
     response_mask = torch.ones(B, R, dtype=torch.long)
     for row in range(B):
-        attention_mask[row, :row % 3] = 0
+        attention_mask[row, : row % 3] = 0
         stop = R - row % 2
-        attention_mask[row, P + stop:] = 0
+        attention_mask[row, P + stop :] = 0
         response_mask[row, stop:] = 0
     input_ids = input_ids * attention_mask  # pad id 0
     position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-    return Batch.from_dict(tensors={
-        "input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids,
-        "responses": input_ids[:, P:].clone(), "response_mask": response_mask,
-        "old_log_probs": -torch.rand(B, R, generator=g) - 2.5,
-        "advantages": torch.randn(B, R, generator=g),
-        "values": torch.randn(B, R, generator=g) * 0.1,
-        "returns": torch.randn(B, R, generator=g),
-    }, meta={"seed": 3})
+    return Batch.from_dict(
+        tensors={
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "position_ids": position_ids,
+            "responses": input_ids[:, P:].clone(),
+            "response_mask": response_mask,
+            "old_log_probs": -torch.rand(B, R, generator=g) - 2.5,
+            "advantages": torch.randn(B, R, generator=g),
+            "values": torch.randn(B, R, generator=g) * 0.1,
+            "returns": torch.randn(B, R, generator=g),
+        },
+        meta={"seed": 3},
+    )
 
 
 def overrides(world_size: int, layout: tuple[str, ...]) -> list[str]:
     # 4 prompts x 4 samples = 16 sequences, one mini-batch; micro-batches of 2 rows.
     return [
-        "data.train_batch_size=4", "actor_rollout_ref.rollout.n=4",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=4", "critic.ppo_mini_batch_size=4",
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", "critic.ppo_micro_batch_size_per_gpu=2",
+        "data.train_batch_size=4",
+        "actor_rollout_ref.rollout.n=4",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+        "critic.ppo_mini_batch_size=4",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+        "critic.ppo_micro_batch_size_per_gpu=2",
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
         "critic.forward_micro_batch_size_per_gpu=4",
-        f"resource_pool.pools.global_pool.GPU={world_size}", "actor_rollout_ref.actor.entropy_coeff=0.01",
+        f"resource_pool.pools.global_pool.GPU={world_size}",
+        "actor_rollout_ref.actor.entropy_coeff=0.01",
         "actor_rollout_ref.actor.grad_clip=0.5",
         # Adam divides by sqrt(v) + eps: with the default 1e-8 an element whose true gradient is ~0 (float
         # noise, which differs with the reduction order of every parallel layout) moves by ~lr anyway.
         # A larger eps keeps such elements still, so the comparison tests the parallel gradients.
-        "actor_rollout_ref.actor.optim.eps=1e-4", "critic.optim.eps=1e-4",
+        "actor_rollout_ref.actor.optim.eps=1e-4",
+        "critic.optim.eps=1e-4",
         *layout,
     ]
 
@@ -63,10 +74,13 @@ def overrides(world_size: int, layout: tuple[str, ...]) -> list[str]:
 def megatron(tp: int = 1, pp: int = 1, sp: bool = False, schedule: str = "1F1B") -> tuple[str, ...]:
     out = []
     for role in ("actor_rollout_ref.actor", "critic"):
-        out += [f"{role}.strategy=megatron", f"{role}.parallel_config.megatron.tp_size={tp}",
-                f"{role}.parallel_config.megatron.pp_size={pp}",
-                f"{role}.parallel_config.megatron.sequence_parallel={str(sp).lower()}",
-                f"{role}.parallel_config.megatron.pp_schedule={schedule}"]
+        out += [
+            f"{role}.strategy=megatron",
+            f"{role}.parallel_config.megatron.tp_size={tp}",
+            f"{role}.parallel_config.megatron.pp_size={pp}",
+            f"{role}.parallel_config.megatron.sequence_parallel={str(sp).lower()}",
+            f"{role}.parallel_config.megatron.pp_schedule={schedule}",
+        ]
     return tuple(out)
 
 
@@ -110,36 +124,51 @@ def train_on_rank(rank: int, world_size: int, model_path: str, out_dir: str, lay
     save_file({k: v.contiguous() for k, v in actor_state.items()}, f"{out_dir}/actor_rank{rank}.safetensors")
     save_file({k: v.contiguous() for k, v in critic_state.items()}, f"{out_dir}/critic_rank{rank}.safetensors")
     if collects:
-        torch.save({"dp_rank": dp_rank, "old_log_probs": log_probs.tensors["old_log_probs"],
-                    "values": values.tensors["values"],
-                    "pg": torch.tensor([r["actor/pg_loss"] for r in actor_rows]),
-                    "vf": torch.tensor([r["critic/vf_loss"] for r in critic_rows]),
-                    "grad_norm": torch.tensor([r["actor/grad_norm"] for r in actor_rows]),
-                    "skipped": actor.engine.skipped_steps,
-                    "scale": actor.engine.loss_scaler.scale if actor.engine.loss_scaler else 0.0},
-                   f"{out_dir}/result_dp{dp_rank}.pt")
+        torch.save(
+            {
+                "dp_rank": dp_rank,
+                "old_log_probs": log_probs.tensors["old_log_probs"],
+                "values": values.tensors["values"],
+                "pg": torch.tensor([r["actor/pg_loss"] for r in actor_rows]),
+                "vf": torch.tensor([r["critic/vf_loss"] for r in critic_rows]),
+                "grad_norm": torch.tensor([r["actor/grad_norm"] for r in actor_rows]),
+                "skipped": actor.engine.skipped_steps,
+                "scale": actor.engine.loss_scaler.scale if actor.engine.loss_scaler else 0.0,
+            },
+            f"{out_dir}/result_dp{dp_rank}.pt",
+        )
 
 
 @pytest.fixture(scope="module")
 def tiny_and_reference(tmp_path_factory):
     """The tiny model (4 heads, 2 KV heads, 4 layers) and its single-process training run."""
     root = tmp_path_factory.mktemp("megatron")
-    model_path = ensure_tiny_model(root / "m", hidden_size=32, num_hidden_layers=4, num_attention_heads=4,
-                                   num_key_value_heads=2, intermediate_size=64, seed=0)
+    model_path = ensure_tiny_model(
+        root / "m",
+        hidden_size=32,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        seed=0,
+    )
     single = root / "one"
     single.mkdir()
     run_ranks(train_on_rank, 1, model_path, str(single), ())
     return model_path, single
 
 
-@pytest.mark.parametrize("world,layout", [
-    pytest.param(2, megatron(tp=2), id="tp2"),
-    pytest.param(2, megatron(tp=2, sp=True), id="tp2-sp"),
-    pytest.param(2, megatron(pp=2), id="pp2-1f1b"),
-    pytest.param(2, megatron(pp=2, schedule="GPipe"), id="pp2-gpipe"),
-    pytest.param(4, megatron(tp=2, pp=2, sp=True), id="tp2-pp2-sp"),
-    pytest.param(4, megatron(tp=2), id="dp2-tp2"),
-])
+@pytest.mark.parametrize(
+    "world,layout",
+    [
+        pytest.param(2, megatron(tp=2), id="tp2"),
+        pytest.param(2, megatron(tp=2, sp=True), id="tp2-sp"),
+        pytest.param(2, megatron(pp=2), id="pp2-1f1b"),
+        pytest.param(2, megatron(pp=2, schedule="GPipe"), id="pp2-gpipe"),
+        pytest.param(4, megatron(tp=2, pp=2, sp=True), id="tp2-pp2-sp"),
+        pytest.param(4, megatron(tp=2), id="dp2-tp2"),
+    ],
+)
 def test_megatron_matches_single_process(tmp_path, tiny_and_reference, world, layout):
     model_path, single = tiny_and_reference
     run_ranks(train_on_rank, world, model_path, str(tmp_path), layout)
@@ -153,8 +182,9 @@ def test_megatron_matches_single_process(tmp_path, tiny_and_reference, world, la
     one = torch.load(single / "result_dp0.pt")
     dp = len(list(tmp_path.glob("result_dp*.pt")))
     many = [torch.load(tmp_path / f"result_dp{i}.pt") for i in range(dp)]
-    torch.testing.assert_close(torch.cat([m["old_log_probs"] for m in many]), one["old_log_probs"],
-                               rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(
+        torch.cat([m["old_log_probs"] for m in many]), one["old_log_probs"], rtol=1e-5, atol=1e-6
+    )
     torch.testing.assert_close(torch.cat([m["values"] for m in many]), one["values"], rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(sum(m["pg"] for m in many) / dp, one["pg"], rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(sum(m["vf"] for m in many) / dp, one["vf"], rtol=1e-5, atol=1e-6)
@@ -165,8 +195,13 @@ def test_megatron_bf16_stays_close_to_fp32(tmp_path, tiny_and_reference):
     """bf16 autocast under tp=2 + sequence parallel, against the fp32 single process: within the bf16
     bound of the FSDP parity tests (2 x lr x steps per weight, small mean; docs/TUNING.md)."""
     model_path, single = tiny_and_reference
-    run_ranks(train_on_rank, 2, model_path, str(tmp_path),
-              megatron(tp=2, sp=True) + ("actor_rollout_ref.actor.precision=bf16",))
+    run_ranks(
+        train_on_rank,
+        2,
+        model_path,
+        str(tmp_path),
+        megatron(tp=2, sp=True) + ("actor_rollout_ref.actor.precision=bf16",),
+    )
     ref, got = load_file(single / "actor_rank0.safetensors"), load_file(tmp_path / "actor_rank0.safetensors")
     _close(ref, got, rtol=0, atol=BF16_TOL)
     diffs = torch.cat([(ref[k] - got[k]).abs().flatten() for k in ref])
@@ -175,8 +210,13 @@ def test_megatron_bf16_stays_close_to_fp32(tmp_path, tiny_and_reference):
 
 def test_megatron_fp16_loss_scaling_skips_overflowing_steps(tmp_path, tiny_and_reference):
     model_path, _ = tiny_and_reference
-    run_ranks(train_on_rank, 2, model_path, str(tmp_path),
-              megatron(pp=2) + ("actor_rollout_ref.actor.precision=fp16", "actor_rollout_ref.actor.gradient_scale=1e30"))
+    run_ranks(
+        train_on_rank,
+        2,
+        model_path,
+        str(tmp_path),
+        megatron(pp=2) + ("actor_rollout_ref.actor.precision=fp16", "actor_rollout_ref.actor.gradient_scale=1e30"),
+    )
     result = torch.load(tmp_path / "result_dp0.pt")
     # A 1e30 scale overflows fp16 gradients on some stage: every stage skips that step together.
     assert result["skipped"] >= 1 and result["scale"] < 1e30

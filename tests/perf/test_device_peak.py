@@ -8,31 +8,37 @@ from hybridrl.perf import device_peak
 from hybridrl.perf.device_peak import default_cache_path, lookup_gpu_peak, mfu, peak_flops
 
 
-@pytest.mark.parametrize("name,dtype,tf32,expected,entry", [
-    ("NVIDIA H200", torch.bfloat16, False, 989.5e12, "H200 bf16"),
-    ("NVIDIA H100 80GB HBM3", torch.float16, False, 989.5e12, "H100 SXM fp16"),
-    ("NVIDIA H100 PCIe", torch.bfloat16, False, 756.5e12, "H100 PCIe bf16"),
-    ("NVIDIA A100-SXM4-80GB", torch.float32, False, 19.5e12, "A100 fp32"),
-    ("NVIDIA A100-SXM4-80GB", torch.float32, True, 156e12, "A100 tf32"),
-    ("NVIDIA A10", torch.bfloat16, False, 125e12, "A10 bf16"),
-    ("NVIDIA L40S", torch.bfloat16, False, 362.05e12, "L40S bf16"),
-    ("NVIDIA L4", torch.bfloat16, False, 121e12, "L4 bf16"),
-    ("NVIDIA GeForce RTX 4090", torch.bfloat16, False, 165.2e12, "RTX 4090 bf16"),
-    ("Tesla V100-SXM2-32GB", torch.float16, False, 125e12, "V100 fp16"),
-    ("AMD Instinct MI300X", torch.float32, True, 163.4e12, "MI300X fp32"),
-])
+@pytest.mark.parametrize(
+    "name,dtype,tf32,expected,entry",
+    [
+        ("NVIDIA H200", torch.bfloat16, False, 989.5e12, "H200 bf16"),
+        ("NVIDIA H100 80GB HBM3", torch.float16, False, 989.5e12, "H100 SXM fp16"),
+        ("NVIDIA H100 PCIe", torch.bfloat16, False, 756.5e12, "H100 PCIe bf16"),
+        ("NVIDIA A100-SXM4-80GB", torch.float32, False, 19.5e12, "A100 fp32"),
+        ("NVIDIA A100-SXM4-80GB", torch.float32, True, 156e12, "A100 tf32"),
+        ("NVIDIA A10", torch.bfloat16, False, 125e12, "A10 bf16"),
+        ("NVIDIA L40S", torch.bfloat16, False, 362.05e12, "L40S bf16"),
+        ("NVIDIA L4", torch.bfloat16, False, 121e12, "L4 bf16"),
+        ("NVIDIA GeForce RTX 4090", torch.bfloat16, False, 165.2e12, "RTX 4090 bf16"),
+        ("Tesla V100-SXM2-32GB", torch.float16, False, 125e12, "V100 fp16"),
+        ("AMD Instinct MI300X", torch.float32, True, 163.4e12, "MI300X fp32"),
+    ],
+)
 def test_gpu_table(name, dtype, tf32, expected, entry):
     assert lookup_gpu_peak(name, dtype, allow_tf32=tf32) == (expected, entry)
     assert peak_flops("cuda", dtype, name, allow_tf32=tf32) == (expected, f"table:{entry}")
 
 
-@pytest.mark.parametrize("name,dtype", [
-    ("NVIDIA A10G", torch.bfloat16),      # not the A10 (word boundary)
-    ("NVIDIA L40", torch.bfloat16),       # neither L40S nor L4
-    ("NVIDIA GH200 480GB", torch.bfloat16),
-    ("Tesla V100-SXM2-32GB", torch.bfloat16),  # dtype not listed (emulated)
-    ("NVIDIA H100", torch.float64),
-])
+@pytest.mark.parametrize(
+    "name,dtype",
+    [
+        ("NVIDIA A10G", torch.bfloat16),  # not the A10 (word boundary)
+        ("NVIDIA L40", torch.bfloat16),  # neither L40S nor L4
+        ("NVIDIA GH200 480GB", torch.bfloat16),
+        ("Tesla V100-SXM2-32GB", torch.bfloat16),  # dtype not listed (emulated)
+        ("NVIDIA H100", torch.float64),
+    ],
+)
 def test_gpu_table_misses(name, dtype):
     assert lookup_gpu_peak(name, dtype) is None
 

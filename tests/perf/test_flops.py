@@ -4,8 +4,15 @@ from transformers import LlamaConfig, Qwen2Config, Qwen2ForCausalLM
 
 from hybridrl.perf.flops import FlopsModel
 
-TINY = dict(hidden_size=8, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
-            head_dim=4, intermediate_size=16, vocab_size=10)
+TINY = dict(
+    hidden_size=8,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+    head_dim=4,
+    intermediate_size=16,
+    vocab_size=10,
+)
 
 
 def test_hand_calculation():
@@ -20,8 +27,7 @@ def test_hand_calculation():
 
 
 def test_defaults_from_llama_config():
-    c = LlamaConfig(hidden_size=64, num_hidden_layers=3, num_attention_heads=4, intermediate_size=96,
-                    vocab_size=50)
+    c = LlamaConfig(hidden_size=64, num_hidden_layers=3, num_attention_heads=4, intermediate_size=96, vocab_size=50)
     m = FlopsModel.from_hf_config(c)
     assert (m.num_kv_heads, m.head_dim) == (4, 16)
     assert m.matmul_params() == 3 * (4 * 64 * 64 + 3 * 64 * 96) + 64 * 50
@@ -34,8 +40,15 @@ def test_negative_length_rejected():
 
 @pytest.mark.parametrize("tie", [True, False])
 def test_matches_qwen2_linear_parameter_count(tie):
-    config = Qwen2Config(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                         intermediate_size=48, vocab_size=64, tie_word_embeddings=tie)
+    config = Qwen2Config(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=48,
+        vocab_size=64,
+        tie_word_embeddings=tie,
+    )
     model = Qwen2ForCausalLM(config)
     # Linear weights only: excludes embeddings (a gather), biases and norms; lm_head counted even if tied.
     n_linear = sum(mod.weight.numel() for mod in model.modules() if isinstance(mod, torch.nn.Linear))

@@ -4,7 +4,7 @@ import textwrap
 import pytest
 
 from hybridrl.rewards.custom import CustomRewardError, load_reward_fn
-from hybridrl.rewards.registry import RewardError, register_reward, REWARD_FNS, score_batch
+from hybridrl.rewards.registry import REWARD_FNS, RewardError, register_reward, score_batch
 
 
 def write(tmp_path, body, name="my_reward.py"):
@@ -14,11 +14,14 @@ def write(tmp_path, body, name="my_reward.py"):
 
 
 def test_loads_verl_style_function(tmp_path):
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
         def compute_score(data_source, solution_str, ground_truth, extra_info=None):
             bonus = (extra_info or {}).get("bonus", 0.0)
             return float(solution_str.strip() == ground_truth) + bonus
-    """)
+    """,
+    )
     fn = load_reward_fn(path)
     assert fn("src", " 42 ", "42", None) == 1.0
     assert fn("src", "41", "42", {"bonus": 0.5}) == 0.5
@@ -26,31 +29,40 @@ def test_loads_verl_style_function(tmp_path):
 
 
 def test_other_name_positional_only_kwargs_and_dict_result(tmp_path):
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
         def positional(a, b, c, d, /):
             return 1.0 if (a, b, c, d) == ("s", "r", "g", None) else 0.0
 
         def with_kwargs(data_source, solution_str, ground_truth, extra_info, scale=2.0, **kwargs):
             return {"score": scale, "acc": True}
-    """)
+    """,
+    )
     assert load_reward_fn(path, name="positional")("s", "r", "g", None) == 1.0
     assert load_reward_fn(path, name="with_kwargs")("s", "r", "g", None) == 2.0
 
 
 def test_keyword_call_when_names_match(tmp_path):
     # verl calls by keyword: a function with the four names in another order still works
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
         def compute_score(ground_truth, solution_str, data_source, extra_info):
             return float(solution_str == ground_truth and data_source == "src")
-    """)
+    """,
+    )
     assert load_reward_fn(path)("src", "7", "7", None) == 1.0
 
 
 def test_plugs_into_score_batch_and_pickles(tmp_path):
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
         def compute_score(data_source, solution_str, ground_truth, extra_info=None):
             return 1 / 0 if solution_str == "boom" else 1.0
-    """)
+    """,
+    )
     fn = load_reward_fn(path)
     register_reward("t_custom")(fn)
     try:
@@ -72,11 +84,17 @@ def test_missing_file(tmp_path):
 
 
 def test_import_error_shows_the_original_exception(tmp_path):
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
         import no_such_module_for_hybridrl_tests
-    """)
-    with pytest.raises(CustomRewardError, match=r"my_reward\.py' failed:\nModuleNotFoundError: "
-                                                r"No module named 'no_such_module_for_hybridrl_tests'") as err:
+    """,
+    )
+    with pytest.raises(
+        CustomRewardError,
+        match=r"my_reward\.py' failed:\nModuleNotFoundError: "
+        r"No module named 'no_such_module_for_hybridrl_tests'",
+    ) as err:
         load_reward_fn(path)
     assert isinstance(err.value.__cause__, ModuleNotFoundError)
     bad = write(tmp_path, "def compute_score(:\n", name="syntax.py")
@@ -88,14 +106,17 @@ def test_import_error_shows_the_original_exception(tmp_path):
 
 
 def test_missing_name_lists_callables(tmp_path):
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
         import os
         THRESHOLD = 0.5
         def score_fn(data_source, solution_str, ground_truth, extra_info):
             return 0.0
         def _private():
             pass
-    """)
+    """,
+    )
     with pytest.raises(CustomRewardError, match=r"has no attribute 'compute_score'; callables found: \['score_fn'\]"):
         load_reward_fn(path)
 
@@ -106,14 +127,19 @@ def test_not_callable(tmp_path):
         load_reward_fn(path)
 
 
-@pytest.mark.parametrize("signature", [
-    "def compute_score(solution_str, ground_truth):",
-    "def compute_score(data_source, solution_str, ground_truth, extra_info, required_flag):",
-    "def compute_score(*, data_source, solution_str, ground_truth):",
-])
+@pytest.mark.parametrize(
+    "signature",
+    [
+        "def compute_score(solution_str, ground_truth):",
+        "def compute_score(data_source, solution_str, ground_truth, extra_info, required_flag):",
+        "def compute_score(*, data_source, solution_str, ground_truth):",
+    ],
+)
 def test_wrong_signature(tmp_path, signature):
     path = write(tmp_path, signature + "\n    return 0.0\n")
-    with pytest.raises(CustomRewardError,
-                       match=r"has the signature compute_score\(.*\).*must accept \(data_source, solution_str, "
-                             r"ground_truth, extra_info\)"):
+    with pytest.raises(
+        CustomRewardError,
+        match=r"has the signature compute_score\(.*\).*must accept \(data_source, solution_str, "
+        r"ground_truth, extra_info\)",
+    ):
         load_reward_fn(path)

@@ -4,7 +4,7 @@ import math
 import pytest
 
 from hybridrl.data.tasks import make_task
-from hybridrl.rewards.registry import RewardError, register_reward, REWARD_FNS, score_batch
+from hybridrl.rewards.registry import REWARD_FNS, RewardError, register_reward, score_batch
 
 
 def test_copy_reward_partial_credit():
@@ -16,8 +16,11 @@ def test_no_constant_response_scores_above_0_2():
     examples = task.examples(500, seed=0)
     for answer in ("".join(p) for p in itertools.product("0123456789", repeat=1)):
         for constant in (answer * 3, answer, ""):
-            mean = sum(score_batch([e.data_source for e in examples], [constant] * len(examples),
-                                   [e.ground_truth for e in examples])) / len(examples)
+            mean = sum(
+                score_batch(
+                    [e.data_source for e in examples], [constant] * len(examples), [e.ground_truth for e in examples]
+                )
+            ) / len(examples)
             assert mean <= 0.2, (constant, mean)
 
 

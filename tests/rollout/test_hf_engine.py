@@ -17,8 +17,15 @@ def test_position_ids_skip_left_padding():
 
 
 def test_generate_shapes_and_seed_determinism(tmp_path):
-    path = ensure_tiny_model(tmp_path / "m", hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                             num_key_value_heads=1, intermediate_size=64, seed=0)
+    path = ensure_tiny_model(
+        tmp_path / "m",
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        intermediate_size=64,
+        seed=0,
+    )
     tok = load_tokenizer(path)
     engine = HFRolloutEngine(load_causal_lm(path), tok.pad_token_id, tok.eos_token_id)
     enc = tok(["12=", "3="], padding=True, return_tensors="pt", add_special_tokens=False)

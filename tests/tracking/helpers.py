@@ -11,18 +11,38 @@ def synthetic_rows(steps: int = 10, kl_key: str = "actor/reward_kl_penalty") -> 
         score = 0.1 + 0.05 * step
         gen = 0.2 + (0.5 if step == 1 else 0.0)
         row = {
-            "step": step, "critic/score/mean": score, "critic/score/min": 0.0, "critic/score/max": 1.0,
-            "actor/entropy": 2.0 - 0.1 * step, "actor/ppo_kl": 0.001 * step, kl_key: 0.01 * step,
-            "response_length/mean": 5.0 + math.sin(step), "response_length/min": 2.0,
-            "response_length/max": 8.0, "perf/throughput": 1000.0 + step, "perf/gen_tokens_per_s": 300.0,
-            "timing_s/gen": gen, "timing_s/weight_sync": 0.05, "timing_s/generate_worker": 0.1,
-            "timing_s/reward": 0.01, "timing_s/old_log_prob": 0.05, "timing_s/ref": 0.04,
-            "timing_s/values": 0.04, "timing_s/adv": 0.01, "timing_s/update_critic": 0.2,
-            "timing_s/update_actor": 0.3, "training/epoch": 0.0,
+            "step": step,
+            "critic/score/mean": score,
+            "critic/score/min": 0.0,
+            "critic/score/max": 1.0,
+            "actor/entropy": 2.0 - 0.1 * step,
+            "actor/ppo_kl": 0.001 * step,
+            kl_key: 0.01 * step,
+            "response_length/mean": 5.0 + math.sin(step),
+            "response_length/min": 2.0,
+            "response_length/max": 8.0,
+            "perf/throughput": 1000.0 + step,
+            "perf/gen_tokens_per_s": 300.0,
+            "timing_s/gen": gen,
+            "timing_s/weight_sync": 0.05,
+            "timing_s/generate_worker": 0.1,
+            "timing_s/reward": 0.01,
+            "timing_s/old_log_prob": 0.05,
+            "timing_s/ref": 0.04,
+            "timing_s/values": 0.04,
+            "timing_s/adv": 0.01,
+            "timing_s/update_critic": 0.2,
+            "timing_s/update_actor": 0.3,
+            "training/epoch": 0.0,
         }
-        row["timing_s/step"] = sum(v for k, v in row.items()
-                                   if k.startswith("timing_s/") and k not in ("timing_s/weight_sync",
-                                                                              "timing_s/generate_worker")) + 0.02
+        row["timing_s/step"] = (
+            sum(
+                v
+                for k, v in row.items()
+                if k.startswith("timing_s/") and k not in ("timing_s/weight_sync", "timing_s/generate_worker")
+            )
+            + 0.02
+        )
         rows.append(row)
     return rows
 
@@ -35,4 +55,3 @@ def write_run(run_dir, rows, config="trainer:\n  experiment_name: <demo & test>\
     if summary is not None:
         (run_dir / "summary.json").write_text(json.dumps(summary))
     return run_dir
-

@@ -10,10 +10,22 @@ def as_dict(table):
 def test_percentages_other_and_step():
     rows = [
         {"step": 1, "timing_s/gen": 9.0, "timing_s/update_actor": 9.0, "timing_s/step": 20.0},  # warm-up
-        {"step": 2, "timing_s/gen": 2.0, "timing_s/update_actor": 1.0, "timing_s/step": 4.0,
-         "timing_s/weight_sync": 0.5, "timing_s/generate_worker": 1.0},
-        {"step": 3, "timing_s/gen": 4.0, "timing_s/update_actor": 3.0, "timing_s/step": 8.0,
-         "timing_s/weight_sync": 0.5, "timing_s/generate_worker": 1.0},
+        {
+            "step": 2,
+            "timing_s/gen": 2.0,
+            "timing_s/update_actor": 1.0,
+            "timing_s/step": 4.0,
+            "timing_s/weight_sync": 0.5,
+            "timing_s/generate_worker": 1.0,
+        },
+        {
+            "step": 3,
+            "timing_s/gen": 4.0,
+            "timing_s/update_actor": 3.0,
+            "timing_s/step": 8.0,
+            "timing_s/weight_sync": 0.5,
+            "timing_s/generate_worker": 1.0,
+        },
     ]
     table = phase_breakdown(rows, skip_first=1)
     assert [name for name, _, _ in table] == ["gen", "update_actor", "other", "step"]
@@ -33,18 +45,27 @@ def test_sub_phases_and_step_are_not_top_level():
 
 
 def test_known_phases_in_step_order_then_unknown_alphabetically():
-    row = {"timing_s/update_actor": 1.0, "timing_s/zz_validation": 1.0, "timing_s/checkpoint": 1.0,
-           "timing_s/ref": 1.0, "timing_s/gen_max": 1.0, "timing_s/gen": 1.0, "timing_s/adv": 1.0,
-           "timing_s/step": 8.0, "critic/score/mean": 0.5}
+    row = {
+        "timing_s/update_actor": 1.0,
+        "timing_s/zz_validation": 1.0,
+        "timing_s/checkpoint": 1.0,
+        "timing_s/ref": 1.0,
+        "timing_s/gen_max": 1.0,
+        "timing_s/gen": 1.0,
+        "timing_s/adv": 1.0,
+        "timing_s/step": 8.0,
+        "critic/score/mean": 0.5,
+    }
     names = [name for name, _, _ in phase_breakdown([row])]
-    assert names == ["gen", "gen_max", "ref", "adv", "update_actor", "checkpoint", "zz_validation", "other",
-                     "step"]
+    assert names == ["gen", "gen_max", "ref", "adv", "update_actor", "checkpoint", "zz_validation", "other", "step"]
     assert as_dict(phase_breakdown([row]))["checkpoint"] == pytest.approx((1.0, 12.5))
 
 
 def test_missing_phase_counts_as_zero_and_nulls_are_ignored():
-    rows = [{"timing_s/gen": 2.0, "timing_s/values": 2.0, "timing_s/step": 4.0},
-            {"timing_s/gen": 2.0, "timing_s/values": None, "timing_s/step": 4.0}]
+    rows = [
+        {"timing_s/gen": 2.0, "timing_s/values": 2.0, "timing_s/step": 4.0},
+        {"timing_s/gen": 2.0, "timing_s/values": None, "timing_s/step": 4.0},
+    ]
     got = as_dict(phase_breakdown(rows))
     assert got["values"] == pytest.approx((1.0, 25.0))
     assert got["other"] == pytest.approx((1.0, 25.0))
@@ -64,8 +85,10 @@ def test_without_step_time_the_step_is_the_sum_of_phases():
 
 
 def test_format_breakdown_fixed_width_from_rows_or_table():
-    rows = [{"timing_s/gen": 9.0, "timing_s/step": 9.0},
-            {"timing_s/gen": 0.25, "timing_s/a_very_long_phase_name_here": 0.25, "timing_s/step": 1.0}]
+    rows = [
+        {"timing_s/gen": 9.0, "timing_s/step": 9.0},
+        {"timing_s/gen": 0.25, "timing_s/a_very_long_phase_name_here": 0.25, "timing_s/step": 1.0},
+    ]
     text = format_breakdown(rows, skip_first=1)
     assert text == format_breakdown(phase_breakdown(rows, skip_first=1))
     lines = text.splitlines()

@@ -10,9 +10,11 @@ from hybridrl.tracking.optional import MissingTrackerError, MlflowTracker, Wandb
 
 def test_importing_tracking_does_not_import_optional_libraries():
     # A fresh interpreter: this test process may hold stand-ins from other tests.
-    code = ("import sys, hybridrl.tracking, hybridrl.tracking.optional, hybridrl.tracking.tensorboard, "
-            "hybridrl.tracking.report, hybridrl.tracking.breakdown; "
-            "print(sorted(m for m in ('wandb', 'mlflow', 'matplotlib') if m in sys.modules))")
+    code = (
+        "import sys, hybridrl.tracking, hybridrl.tracking.optional, hybridrl.tracking.tensorboard, "
+        "hybridrl.tracking.report, hybridrl.tracking.breakdown; "
+        "print(sorted(m for m in ('wandb', 'mlflow', 'matplotlib') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
@@ -23,8 +25,9 @@ def test_require_missing_library_says_how_to_install(name, monkeypatch):
     with pytest.raises(MissingTrackerError) as info:
         require(name)
     assert isinstance(info.value, ImportError)
-    assert str(info.value) == (f"trainer.logger includes '{name}' but the {name} package is not installed: "
-                               f"pip install 'hybridrl[{name}]'")
+    assert str(info.value) == (
+        f"trainer.logger includes '{name}' but the {name} package is not installed: pip install 'hybridrl[{name}]'"
+    )
 
 
 def test_trackers_raise_the_clear_error_when_not_installed(tmp_path, monkeypatch):
@@ -40,8 +43,9 @@ def test_selecting_an_uninstalled_logger_in_the_tracker_fails_clearly(tmp_path, 
     from hybridrl.tracking import Tracker
 
     monkeypatch.setitem(sys.modules, "wandb", None)
-    cfg = OmegaConf.create({"trainer": {"total_steps": 1, "progress_bar": False, "project_name": "p",
-                                        "experiment_name": "e"}})
+    cfg = OmegaConf.create(
+        {"trainer": {"total_steps": 1, "progress_bar": False, "project_name": "p", "experiment_name": "e"}}
+    )
     with pytest.raises(MissingTrackerError, match="trainer.logger includes 'wandb' but the wandb package"):
         Tracker(["wandb"], tmp_path, cfg)
 
@@ -64,8 +68,10 @@ def test_wandb_tracker_logs_numeric_metrics(tmp_path, monkeypatch):
     tracker = WandbTracker("proj", "exp", {"a": {"b": 1}}, tmp_path / "wb")
     tracker.log({"critic/score/mean": 0.5, "text": "x", "missing": None}, 3)
     tracker.close()
-    assert calls[0] == ("init", {"project": "proj", "name": "exp", "config": {"a": {"b": 1}},
-                                 "dir": str(tmp_path / "wb")})
+    assert calls[0] == (
+        "init",
+        {"project": "proj", "name": "exp", "config": {"a": {"b": 1}}, "dir": str(tmp_path / "wb")},
+    )
     assert calls[1:] == [("log", {"critic/score/mean": 0.5}, 3), ("finish",)]
     assert (tmp_path / "wb").is_dir()
 
@@ -95,7 +101,8 @@ def test_mlflow_tracker_uses_its_own_run(tmp_path, monkeypatch):
 
     fake = types.SimpleNamespace(
         tracking=types.SimpleNamespace(MlflowClient=Client),
-        entities=types.SimpleNamespace(Param=lambda k, v: (k, v), Metric=lambda k, v, ts, step: (k, v, step)))
+        entities=types.SimpleNamespace(Param=lambda k, v: (k, v), Metric=lambda k, v, ts, step: (k, v, step)),
+    )
     monkeypatch.setitem(sys.modules, "mlflow", fake)
     config = {"trainer": {"logger": ["mlflow"], "total_steps": 2}, "p": {f"k{i}": i for i in range(150)}}
     tracker = MlflowTracker("proj", "exp", config, tmp_path / "mlruns")

@@ -11,8 +11,11 @@ from .helpers import synthetic_rows, write_run
 
 @pytest.fixture
 def run_dir(tmp_path):
-    return write_run(tmp_path / "run", synthetic_rows(),
-                     summary={"first_mean": 0.2, "last_mean": 0.6, "gain": 0.4, "window": 2, "wall_s": 83.5})
+    return write_run(
+        tmp_path / "run",
+        synthetic_rows(),
+        summary={"first_mean": 0.2, "last_mean": 0.6, "gain": 0.4, "window": 2, "wall_s": 83.5},
+    )
 
 
 IMG = '<img src="data:image/png;base64,'
@@ -67,8 +70,10 @@ def test_report_has_plots_table_summary_and_escaped_config(run_dir):
 
 
 def test_report_out_and_missing_metrics_are_skipped_with_a_note(tmp_path):
-    rows = [{k: v for k, v in r.items() if not k.startswith("perf/") and k != "actor/entropy"}
-            for r in synthetic_rows(4, kl_key="actor/kl_loss")]
+    rows = [
+        {k: v for k, v in r.items() if not k.startswith("perf/") and k != "actor/entropy"}
+        for r in synthetic_rows(4, kl_key="actor/kl_loss")
+    ]
     run = write_run(tmp_path / "run", rows, config=None)
     out = write_report(run, out=tmp_path / "nested" / "r.html")
     assert out == tmp_path / "nested" / "r.html" and not (run / "report.html").exists()

@@ -9,9 +9,18 @@ def test_scalars_round_trip(tmp_path):
     log_dir = tmp_path / "tensorboard"
     tracker = TensorBoardTracker(log_dir)
     for step in (1, 2, 3):
-        tracker.log({"critic/score/mean": 0.1 * step, "timing_s/gen": np.float32(step), "perf/throughput": 100 * step,
-                     "actor/lr": torch.tensor(1e-3), "note": "text is not a scalar", "actor/kl_loss": None,
-                     "flag": True}, step)
+        tracker.log(
+            {
+                "critic/score/mean": 0.1 * step,
+                "timing_s/gen": np.float32(step),
+                "perf/throughput": 100 * step,
+                "actor/lr": torch.tensor(1e-3),
+                "note": "text is not a scalar",
+                "actor/kl_loss": None,
+                "flag": True,
+            },
+            step,
+        )
     tracker.close()
 
     assert list(log_dir.glob("events.out.tfevents.*"))

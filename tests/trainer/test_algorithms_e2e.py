@@ -11,19 +11,33 @@ from hybridrl.trainer.main_ppo import run
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
-SMALL = ["trainer.total_steps=2", "trainer.progress_bar=false", "trainer.save_hf=false",
-         "data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=8",
-         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8", "trainer.ray.object_store_memory=100000000"]
+SMALL = [
+    "trainer.total_steps=2",
+    "trainer.progress_bar=false",
+    "trainer.save_hf=false",
+    "data.train_batch_size=8",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=8",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
+    "trainer.ray.object_store_memory=100000000",
+]
 
 
 def test_critic_free_run_with_every_option(tmp_path):
-    cfg = load_config(SMALL + [
-        f"trainer.output_dir={tmp_path}", "algorithm.adv_estimator=remax", "algorithm.use_kl_in_reward=false",
-        "actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.actor.policy_loss.loss_mode=gspo",
-        "actor_rollout_ref.actor.clip_ratio_low=0.0003", "actor_rollout_ref.actor.clip_ratio_high=0.0004",
-        "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean",
-        "algorithm.filter_groups.enable=true", "algorithm.filter_groups.max_num_gen_batches=2",
-    ])
+    cfg = load_config(
+        SMALL
+        + [
+            f"trainer.output_dir={tmp_path}",
+            "algorithm.adv_estimator=remax",
+            "algorithm.use_kl_in_reward=false",
+            "actor_rollout_ref.actor.use_kl_loss=true",
+            "actor_rollout_ref.actor.policy_loss.loss_mode=gspo",
+            "actor_rollout_ref.actor.clip_ratio_low=0.0003",
+            "actor_rollout_ref.actor.clip_ratio_high=0.0004",
+            "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean",
+            "algorithm.filter_groups.enable=true",
+            "algorithm.filter_groups.max_num_gen_batches=2",
+        ]
+    )
     run(cfg)
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 2

@@ -13,11 +13,24 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 
 def test_ctrl_c_leaves_no_process(tmp_path):
-    cmd = [sys.executable, "-m", "hybridrl.trainer.main_ppo", f"trainer.output_dir={tmp_path}/run",
-           "trainer.total_steps=1000", "trainer.progress_bar=false", "trainer.ray.object_store_memory=100000000"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "hybridrl.trainer.main_ppo",
+        f"trainer.output_dir={tmp_path}/run",
+        "trainer.total_steps=1000",
+        "trainer.progress_bar=false",
+        "trainer.ray.object_store_memory=100000000",
+    ]
     # A shell's background job ignores SIGINT; restore the default so Python raises KeyboardInterrupt.
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=tmp_path,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     try:
         for line in proc.stdout:  # blocks until training is under way; no sleeps
             if "step 2 |" in line:

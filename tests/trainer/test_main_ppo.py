@@ -21,19 +21,40 @@ def test_short_run_writes_metrics_changes_weights_and_exports(tmp_path):
     import ray
 
     out = tmp_path / "run"
-    cfg = load_config([f"trainer.output_dir={out}", "trainer.total_steps=3", "trainer.progress_bar=false",
-                       "data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=8",
-                       "critic.ppo_mini_batch_size=8", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
-                       "critic.ppo_micro_batch_size_per_gpu=8", "trainer.ray.object_store_memory=100000000"])
+    cfg = load_config(
+        [
+            f"trainer.output_dir={out}",
+            "trainer.total_steps=3",
+            "trainer.progress_bar=false",
+            "data.train_batch_size=8",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=8",
+            "critic.ppo_mini_batch_size=8",
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
+            "critic.ppo_micro_batch_size_per_gpu=8",
+            "trainer.ray.object_store_memory=100000000",
+        ]
+    )
     result = run(cfg)
     assert not ray.is_initialized()  # the local cluster is gone
 
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3]
     assert "timing_s/validation" in rows[-1] and "timing_s/checkpoint" in rows[-1]  # the last step does both
-    for key in ["critic/score/mean", "actor/pg_loss", "actor/entropy", "actor/grad_norm", "critic/vf_loss",
-                "timing_s/gen", "timing_s/update_actor", "timing_s/update_critic", "timing_s/step",
-                "timing_s/weight_sync", "response_length/mean", "perf/throughput", "actor/reward_kl_penalty"]:
+    for key in [
+        "critic/score/mean",
+        "actor/pg_loss",
+        "actor/entropy",
+        "actor/grad_norm",
+        "critic/vf_loss",
+        "timing_s/gen",
+        "timing_s/update_actor",
+        "timing_s/update_critic",
+        "timing_s/step",
+        "timing_s/weight_sync",
+        "response_length/mean",
+        "perf/throughput",
+        "actor/reward_kl_penalty",
+    ]:
         assert all(key in r for r in rows), key
     for r in rows:
         assert 0.0 <= r["critic/score/mean"] <= 1.0

@@ -20,13 +20,20 @@ def test_seed_mixed_layout_learns_on_four_workers(tmp_path):
     """Actor on FSDP HYBRID_SHARD (2 replicas x shard groups of 2), critic Megatron-style tp=2 with
     sequence parallel (the seed's trainer.parallel_config spelling), all on one pool of 4 CPU workers."""
     out = tmp_path / "run"
-    cfg = load_config(COMMON + [
-        f"trainer.output_dir={out}", "trainer.total_steps=30", "trainer.save_hf=false",
-        "resource_pool.pools.global_pool.GPU=4",
-        "actor_rollout_ref.actor.fsdp.sharding_strategy=HYBRID_SHARD", "actor_rollout_ref.actor.fsdp.shard_group_size=2",
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
-        "trainer.parallel_config.megatron.tp_size=2", "trainer.parallel_config.megatron.sequence_parallel=true",
-    ])
+    cfg = load_config(
+        COMMON
+        + [
+            f"trainer.output_dir={out}",
+            "trainer.total_steps=30",
+            "trainer.save_hf=false",
+            "resource_pool.pools.global_pool.GPU=4",
+            "actor_rollout_ref.actor.fsdp.sharding_strategy=HYBRID_SHARD",
+            "actor_rollout_ref.actor.fsdp.shard_group_size=2",
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
+            "trainer.parallel_config.megatron.tp_size=2",
+            "trainer.parallel_config.megatron.sequence_parallel=true",
+        ]
+    )
     assert cfg.critic.strategy == "megatron"
     run(cfg)
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -40,11 +47,17 @@ def test_actor_on_pipeline_stages_hands_full_weights_to_generation(tmp_path):
     """Actor (and reference) on 2 pipeline stages, critic on tp=2: the run trains, the generation engine
     gets the gathered weights, and the export holds the whole model."""
     out = tmp_path / "run"
-    cfg = load_config(COMMON + [
-        f"trainer.output_dir={out}", "trainer.total_steps=2",
-        "actor_rollout_ref.actor.strategy=megatron", "actor_rollout_ref.actor.parallel_config.megatron.pp_size=2",
-        "critic.strategy=megatron", "critic.parallel_config.megatron.tp_size=2",
-    ])
+    cfg = load_config(
+        COMMON
+        + [
+            f"trainer.output_dir={out}",
+            "trainer.total_steps=2",
+            "actor_rollout_ref.actor.strategy=megatron",
+            "actor_rollout_ref.actor.parallel_config.megatron.pp_size=2",
+            "critic.strategy=megatron",
+            "critic.parallel_config.megatron.tp_size=2",
+        ]
+    )
     result = run(cfg)
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]

@@ -13,20 +13,28 @@ from hybridrl.trainer.main_ppo import run
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
-SMALL = ["trainer.progress_bar=false", "trainer.save_hf=false", "trainer.logger=[jsonl]",
-         "trainer.ray.include_dashboard=false", "trainer.ray.object_store_memory=100000000",
-         "data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=8",
-         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16", "algorithm.adv_estimator=grpo",
-         "algorithm.use_kl_in_reward=false", "trainer.test_freq=-1"]
+SMALL = [
+    "trainer.progress_bar=false",
+    "trainer.save_hf=false",
+    "trainer.logger=[jsonl]",
+    "trainer.ray.include_dashboard=false",
+    "trainer.ray.object_store_memory=100000000",
+    "data.train_batch_size=8",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=8",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
+    "algorithm.adv_estimator=grpo",
+    "algorithm.use_kl_in_reward=false",
+    "trainer.test_freq=-1",
+]
 
-FLAKY_REWARD = '''
+FLAKY_REWARD = """
 def compute_score(data_source, solution_str, ground_truth, extra_info=None):
     if solution_str.startswith("0"):
         raise ValueError("cannot score a leading zero")
     return float(solution_str[:1] == ground_truth[:1])
-'''
+"""
 
-RAISES_ON_STEP_2 = '''
+RAISES_ON_STEP_2 = """
 calls = 0
 
 def compute_score(data_source, solution_str, ground_truth, extra_info=None):
@@ -35,7 +43,7 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None):
     if calls > 32:  # 8 prompts x 4 samples per step: the second step fails
         raise RuntimeError("reward service unavailable")
     return 0.5
-'''
+"""
 
 
 def test_reward_model_pool_and_custom_reward_with_failures_counted(tmp_path):
@@ -43,11 +51,24 @@ def test_reward_model_pool_and_custom_reward_with_failures_counted(tmp_path):
     reward_file = tmp_path / "my_reward.py"
     reward_file.write_text(FLAKY_REWARD)
     out = tmp_path / "run"
-    run(load_config(SMALL + [
-        f"trainer.output_dir={out}", "trainer.total_steps=2", "reward_model.enable=true",
-        f"reward_model.model.path={rm}", "reward_model.weight=0.5", "reward_model.max_length=32",
-        "resource_pool.pools.rm_pool={CPU: 1}", "resource_pool.mapping.reward_model=rm_pool",
-        f"custom_reward_function.path={reward_file}", "reward.on_error=fail", "reward.failure_score=-1.0"]))
+    run(
+        load_config(
+            SMALL
+            + [
+                f"trainer.output_dir={out}",
+                "trainer.total_steps=2",
+                "reward_model.enable=true",
+                f"reward_model.model.path={rm}",
+                "reward_model.weight=0.5",
+                "reward_model.max_length=32",
+                "resource_pool.pools.rm_pool={CPU: 1}",
+                "resource_pool.mapping.reward_model=rm_pool",
+                f"custom_reward_function.path={reward_file}",
+                "reward.on_error=fail",
+                "reward.failure_score=-1.0",
+            ]
+        )
+    )
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert all("reward_model/score/mean" in r for r in rows)
     assert all(r["perf/reward_model/peak_rss_gb"] > 0 for r in rows)  # the reward model's own group
@@ -61,9 +82,18 @@ def test_failing_reward_stops_with_the_sample_named_and_keeps_the_last_step(tmp_
     reward_file = tmp_path / "raises.py"
     reward_file.write_text(RAISES_ON_STEP_2)
     out = tmp_path / "run"
-    cfg = load_config(SMALL + [f"trainer.output_dir={out}", "trainer.total_steps=3", "trainer.save_freq=100",
-                               f"custom_reward_function.path={reward_file}"])
-    with pytest.raises(RewardError, match=r"compute_score \(from .*raises.py\) raised on sample 0 .*reward service unavailable"):
+    cfg = load_config(
+        SMALL
+        + [
+            f"trainer.output_dir={out}",
+            "trainer.total_steps=3",
+            "trainer.save_freq=100",
+            f"custom_reward_function.path={reward_file}",
+        ]
+    )
+    with pytest.raises(
+        RewardError, match=r"compute_score \(from .*raises.py\) raised on sample 0 .*reward service unavailable"
+    ):
         run(cfg)
     # Nothing already done is lost: step 1 was checkpointed before the error surfaced.
     assert (out / "checkpoints" / "global_step_1" / "trainer_state.json").exists()

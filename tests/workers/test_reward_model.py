@@ -7,9 +7,8 @@ import torch
 from omegaconf import OmegaConf
 
 from hybridrl.models.reward_model import build_tiny_reward_model, load_reward_model
-from hybridrl.protocol import Batch
-
 from hybridrl.parallel.launch import run_ranks
+from hybridrl.protocol import Batch
 
 # Different lengths (in characters = tokens of the tiny tokenizer), so micro-batches get padded.
 PROMPTS = ["12+34=", "7-3=", "100+200=", "5=", "9+9=", "31-4=", "2+2=", "123456+654321="]
@@ -19,14 +18,18 @@ TRUNC = 5
 
 
 def make_cfg(path: str, max_length: int = 64, micro: int = MICRO, tokenizer_path: str | None = None):
-    return OmegaConf.create({
-        "trainer": {"seed": 0},
-        "reward_model": {
-            "model": {"path": path, "tokenizer_path": tokenizer_path, "trust_remote_code": False},
-            "fsdp": {"sharding_strategy": "FULL_SHARD", "mixed_precision": False, "cpu_offload": False},
-            "precision": "fp32", "max_length": max_length, "micro_batch_size_per_gpu": micro,
-        },
-    })
+    return OmegaConf.create(
+        {
+            "trainer": {"seed": 0},
+            "reward_model": {
+                "model": {"path": path, "tokenizer_path": tokenizer_path, "trust_remote_code": False},
+                "fsdp": {"sharding_strategy": "FULL_SHARD", "mixed_precision": False, "cpu_offload": False},
+                "precision": "fp32",
+                "max_length": max_length,
+                "micro_batch_size_per_gpu": micro,
+            },
+        }
+    )
 
 
 def make_batch(lo: int = 0, hi: int = len(PROMPTS)) -> Batch:
@@ -62,16 +65,16 @@ def score_on_rank(rank: int, world_size: int, path: str, out: str) -> None:
     lo, hi = (0, n) if rank == 0 else (n, n)
     res["empty_last"] = role.compute_rm_score(make_batch(lo, hi)).tensors["rm_scores"]
     if world_size > 1:  # bad input on one rank: every rank raises (none is left waiting)
-        bad = make_batch(0, 2) if rank == 0 else Batch.from_dict(non_tensors={"prompt_text": [""],
-                                                                              "response_text": [""]})
+        bad = (
+            make_batch(0, 2) if rank == 0 else Batch.from_dict(non_tensors={"prompt_text": [""], "response_text": [""]})
+        )
         try:
             role.compute_rm_score(bad)
             res["bad"] = "no error"
         except (ValueError, RuntimeError) as exc:
             res["bad"] = type(exc).__name__
     if world_size == 1:
-        res["alone"] = torch.cat([role.compute_rm_score(make_batch(i, i + 1)).tensors["rm_scores"]
-                                  for i in range(n)])
+        res["alone"] = torch.cat([role.compute_rm_score(make_batch(i, i + 1)).tensors["rm_scores"] for i in range(n)])
         short = RewardModelRole(make_cfg(path, max_length=TRUNC), ctx)
         res["trunc"] = short.compute_rm_score(make_batch()).tensors["rm_scores"]
         res["trunc_ids"] = short.tokenize(PROMPTS, RESPONSES)
@@ -128,7 +131,7 @@ def test_left_truncation_keeps_the_end(single, plain):
         full = tokenizer(p + r, add_special_tokens=False)["input_ids"]
         kept = enc["input_ids"][i][enc["attention_mask"][i].bool()].tolist()
         assert kept == full[-TRUNC:]
-        assert enc["attention_mask"][i, :len(kept)].all()  # right padding: real tokens first
+        assert enc["attention_mask"][i, : len(kept)].all()  # right padding: real tokens first
     tails = [tokenizer(p + r, add_special_tokens=False)["input_ids"][-TRUNC:] for p, r in zip(PROMPTS, RESPONSES)]
     expected = torch.tensor([plain_score(model, tokenizer, ids=ids) for ids in tails])
     torch.testing.assert_close(single["trunc"], expected, rtol=0, atol=1e-5)
