@@ -12,6 +12,7 @@ and activation sizes (gloo does not report traffic). A figure, not a test.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import resource
 import tempfile
@@ -70,39 +71,35 @@ def megatron_comm_bytes_per_rank(
 
 
 def build_engine(world: int, model_dir: str, strategy: str, option) -> object:
-    from omegaconf import OmegaConf
     from torch.distributed.device_mesh import init_device_mesh
 
+    from hybridrl.config.schema import (
+        ActorConfig,
+        FSDPConfig,
+        MegatronConfig,
+        OptimConfig,
+        ParallelConfig,
+        ShardingStrategy,
+        Strategy,
+    )
     from hybridrl.models.loader import load_causal_lm
-    from hybridrl.parallel.engine import make_engine
+    from hybridrl.parallel.factory import make_engine
 
     mesh = init_device_mesh("cpu", (world,))
-    optim = OmegaConf.create({"lr": 1e-4, "betas": [0.9, 0.99], "weight_decay": 0.0, "eps": 1e-8})
-    fsdp = OmegaConf.create(
-        {
-            "sharding_strategy": "FULL_SHARD" if strategy == "megatron" else strategy,
-            "shard_group_size": option if strategy == "HYBRID_SHARD" else None,
-            "mixed_precision": False,
-            "cpu_offload": False,
-            "limit_all_gathers": True,
-        }
-    )
-    megatron = None
+    section = ActorConfig(optim=OptimConfig(lr=1e-4))
     if strategy == "megatron":
         tp, pp, sp = option
-        megatron = OmegaConf.create(
-            {"tp_size": tp, "pp_size": pp, "sequence_parallel": sp, "pp_schedule": "1F1B", "pp_microbatches": None}
+        megatron = MegatronConfig(tp_size=tp, pp_size=pp, sequence_parallel=sp)
+        section = dataclasses.replace(
+            section, strategy=Strategy.megatron, parallel_config=ParallelConfig(megatron=megatron)
         )
-    return make_engine(
-        "megatron" if strategy == "megatron" else "fsdp",
-        load_causal_lm(model_dir),
-        mesh=mesh,
-        device=torch.device("cpu"),
-        strategy_cfg=fsdp,
-        precision="fp32",
-        optim_cfg=optim,
-        megatron_cfg=megatron,
-    )
+    else:
+        fsdp = FSDPConfig(
+            sharding_strategy=ShardingStrategy(strategy),
+            shard_group_size=option if strategy == "HYBRID_SHARD" else None,
+        )
+        section = dataclasses.replace(section, fsdp=fsdp)
+    return make_engine(load_causal_lm(model_dir), section, mesh=mesh, device=torch.device("cpu"), train=True)
 
 
 def worker(

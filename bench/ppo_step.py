@@ -11,7 +11,7 @@ import tempfile
 
 from hybridrl.config.loader import load_config
 from hybridrl.logging_utils import setup_logging
-from hybridrl.trainer.main_ppo import run
+from hybridrl.trainer.job import run
 
 PHASES = ["gen", "reward", "old_log_prob", "ref", "values", "adv", "update_critic", "update_actor"]
 WORKER_PHASES = ["weight_sync", "generate_worker"]

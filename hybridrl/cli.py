@@ -5,6 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+
+from hybridrl.config.loader import ConfigError, load_config, to_yaml
+from hybridrl.tracking.report import write_report
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -27,15 +31,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     if args.command == "train":
-        from hybridrl.trainer.main_ppo import main as train_main
+        from hybridrl.trainer.main_ppo import main as train_main  # noqa: PLC0415 - Ray, torch, transformers: only for `train`
 
         return train_main((["--config", args.config] if args.config else []) + args.overrides)
     if args.command == "report":
         return _report(args.run_dir, args.out)
     if args.command == "export":
         return _export(args.checkpoint_dir, args.out_dir)
-    from hybridrl.config.loader import ConfigError, load_config, to_yaml
-
     try:
         cfg = load_config(args.overrides, yaml_path=args.config)
     except ConfigError as exc:
@@ -47,10 +49,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _report(run_dir: str, out: str | None) -> int:
     """``hybridrl report``: exit 2 with one clear line when there is no run to report on."""
-    from pathlib import Path
-
-    from hybridrl.tracking.report import write_report
-
     path = Path(run_dir)
     if not path.is_dir():
         sys.stderr.write(f"Report error: run directory not found: {path}\n")
@@ -64,12 +62,8 @@ def _report(run_dir: str, out: str | None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 def _export(checkpoint_dir: str, out_dir: str) -> int:
-    from hybridrl.checkpoint.export import export_actor
+    from hybridrl.checkpoint.export import export_actor  # noqa: PLC0415 - torch and transformers: only for `export`
 
     try:
         written = export_actor(checkpoint_dir, out_dir)
@@ -78,3 +72,7 @@ def _export(checkpoint_dir: str, out_dir: str) -> int:
         return 2
     sys.stdout.write(f"{written}\n")
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -6,9 +6,11 @@ import logging
 from pathlib import Path
 
 import torch
+from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
 
 from hybridrl.checkpoint.manager import STATE
 from hybridrl.checkpoint.shards import assemble_full
+from hybridrl.models.loader import load_tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -16,10 +18,6 @@ logger = logging.getLogger(__name__)
 def export_actor(checkpoint_dir: str | Path, out_dir: str | Path) -> Path:
     """Reassemble the actor's full weights from every rank's shards and save them with the model's
     config and tokenizer (kept in the checkpoint), loadable with ``from_pretrained``."""
-    from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
-
-    from hybridrl.models.loader import load_tokenizer
-
     checkpoint_dir, out_dir = Path(checkpoint_dir), Path(out_dir)
     if not (checkpoint_dir / STATE).exists():
         raise FileNotFoundError(

@@ -5,8 +5,14 @@ from __future__ import annotations
 import logging
 import math
 import os
+import re
 from dataclasses import dataclass
 from typing import Any
+
+import ray
+from ray._private.internal_api import memory_summary  # no public API reports spilling
+
+from hybridrl.config.schema import RayConfig
 
 logger = logging.getLogger(__name__)
 
@@ -31,14 +37,12 @@ def _fmt(resources: dict[str, float]) -> str:
     return ", ".join(parts)
 
 
-def connect(ray_cfg: Any, cpus_needed: float) -> ClusterInfo:
+def connect(ray_cfg: RayConfig, cpus_needed: float) -> ClusterInfo:
     """Join ``ray_cfg.address`` or start a local cluster big enough for every worker.
 
     A local cluster may be given more logical CPUs than the machine has cores: the workers of a tiny
     run mostly wait on each other, and this lets a 2-core laptop host 4 ranks.
     """
-    import ray
-
     runtime_env: dict[str, Any] = {"env_vars": _worker_env(dict(ray_cfg.env_vars or {}))}
     if ray_cfg.working_dir:
         runtime_env["working_dir"] = ray_cfg.working_dir
@@ -70,8 +74,6 @@ def connect(ray_cfg: Any, cpus_needed: float) -> ClusterInfo:
 
 
 def disconnect() -> None:
-    import ray
-
     if ray.is_initialized():
         ray.shutdown()  # ends a cluster this process started; only detaches from an existing one
 
@@ -94,10 +96,6 @@ def _worker_env(user_env: dict[str, str]) -> dict[str, str]:
 
 def object_store_stats() -> dict[str, float]:
     """Object-store use and spilling across the cluster (one GCS query: call it every few steps)."""
-    import re
-
-    from ray._private.internal_api import memory_summary  # no public API reports spilling
-
     text = memory_summary(stats_only=True)
     stats: dict[str, float] = {}
     used = re.search(r"Plasma memory usage (\d+) MiB, (\d+) objects", text)

@@ -13,10 +13,18 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
 from hybridrl.cluster.errors import PoolPlacementError, WorkerCallError, WorkerCallTimeout
-from hybridrl.cluster.resource_pool import PoolSpec
+from hybridrl.config.pools import PoolSpec
+from hybridrl.config.schema import Config
 from hybridrl.protocol import Batch
+from hybridrl.workers.context import DataLayout
 from hybridrl.workers.tracing import CallResult
+from hybridrl.workers.worker import Worker
 
 logger = logging.getLogger(__name__)
 
@@ -26,27 +34,20 @@ class WorkerGroup:
         self,
         pool: PoolSpec,
         roles: list[str],
-        cfg: Any,
+        cfg: Config,
         model_path: str,
         tokenizer_path: str,
         start_timeout_s: float,
         call_timeout_s: float,
         monitor: Any | None = None,
     ) -> None:
-        import ray
-        from omegaconf import OmegaConf
-        from ray.util.placement_group import placement_group
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
-        from hybridrl.workers.worker import Worker
-
         self.pool = pool
         self.roles = list(roles)
         self.name = "+".join(self.roles)
         self.call_timeout_s = call_timeout_s
         self.monitor = monitor  # a RunMonitor: timeline, stragglers, resources (optional)
         self.actors: list[Any] = []
-        self._layouts: dict[tuple[str, str], list[tuple[int, int, bool]]] = {}
+        self._layouts: dict[tuple[str, str], list[DataLayout]] = {}
         self.placement_group = placement_group(pool.bundles(), strategy=pool.strategy, name=f"hybridrl-{pool.name}")
         try:
             ready, _ = ray.wait([self.placement_group.ready()], timeout=start_timeout_s)
@@ -60,7 +61,6 @@ class WorkerGroup:
                 )
             bundle = pool.bundles()[0]
             remote_worker = ray.remote(Worker)
-            cfg_dict = OmegaConf.to_container(cfg, resolve=True)
             for rank in range(pool.num_workers):
                 options = dict(
                     num_cpus=bundle.get("CPU", 0),
@@ -77,7 +77,7 @@ class WorkerGroup:
                         rank,
                         pool.num_workers,
                         self.roles,
-                        cfg_dict,
+                        cfg,
                         model_path,
                         tokenizer_path,
                         num_threads=max(1, int(bundle.get("CPU", 1))),
@@ -109,9 +109,6 @@ class WorkerGroup:
 
     def _wait(self, refs: list[Any], method: str, timeout_s: float | None = None) -> list[Any]:
         """Gather results in rank order; fail on the first rank that raises, or on the timeout."""
-        import ray
-        from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
-
         timeout_s = self.call_timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + timeout_s
         index = {ref: rank for rank, ref in enumerate(refs)}
@@ -152,18 +149,18 @@ class WorkerGroup:
     def load_checkpoint(self, directory: str) -> None:
         self._gather([a.load_checkpoint.remote(directory) for a in self.actors], "load_checkpoint")
 
-    def dp_layout(self, role: str, method: str) -> list[tuple[int, int, bool]]:
-        """Per rank: (data-parallel replica, replicas, gathered?) for ``role.method``. Ranks of one replica
-        (tensor-parallel peers, pipeline stages) get the same rows; one rank per replica reports back."""
+    def dp_layout(self, role: str, method: str) -> list[DataLayout]:
+        """Per rank: its data-parallel replica for ``role.method``. Ranks of one replica (tensor-parallel
+        peers, pipeline stages) get the same rows; one rank per replica reports back."""
         key = (role, method)
         if key not in self._layouts:
             layout = [
-                tuple(v)
+                DataLayout(*v)
                 for v in self._wait([a.dp_layout.remote(role, method) for a in self.actors], f"{role}.dp_layout")
             ]
-            replicas = {size for _, size, _ in layout}
-            gathered = sorted(dp for dp, _, collects in layout if collects)
-            if len(replicas) != 1 or gathered != list(range(layout[0][1])):
+            replicas = {rank.replicas for rank in layout}
+            gathered = sorted(rank.replica for rank in layout if rank.collects)
+            if len(replicas) != 1 or gathered != list(range(layout[0].replicas)):
                 raise RuntimeError(f"{self.name}: inconsistent data-parallel layout for {role}.{method}: {layout}.")
             self._layouts[key] = layout
         return self._layouts[key]
@@ -172,11 +169,13 @@ class WorkerGroup:
         """Give each data-parallel replica its equal shard of ``batch``; return one result per replica, in
         replica order (from the replica's reporting rank)."""
         layout = self.dp_layout(role, method)
-        shards = batch.split(layout[0][1])
-        refs = [a.call.remote(role, method, shards[dp]) for a, (dp, _, _) in zip(self.actors, layout)]
-        sent = sum(shards[dp].nbytes() for dp, _, _ in layout)  # replica peers each receive the shard
+        shards = batch.split(layout[0].replicas)
+        refs = [a.call.remote(role, method, shards[rank.replica]) for a, rank in zip(self.actors, layout)]
+        sent = sum(shards[rank.replica].nbytes() for rank in layout)  # replica peers each receive the shard
         results = self._gather(refs, f"{role}.{method}", sent)
-        collected = sorted((dp, r) for r, (dp, _, collects) in zip(results, layout) if collects)
+        collected = sorted(
+            ((rank.replica, r) for r, rank in zip(results, layout) if rank.collects), key=lambda pair: pair[0]
+        )
         return [r for _, r in collected]
 
     def call_dp(self, role: str, method: str, batch: Batch) -> tuple[Batch, list[CallResult]]:
@@ -185,14 +184,11 @@ class WorkerGroup:
 
         Also returns the per-replica call results (their spans and resources; values are the shards).
         """
-        padded, pad = batch.pad_to_divisor(self.dp_layout(role, method)[0][1])
+        padded, pad = batch.pad_to_divisor(self.dp_layout(role, method)[0].replicas)
         results = self.call_split(role, method, padded)
         return Batch.concat([r.value for r in results]).unpad(pad), results
 
     def shutdown(self) -> None:
-        import ray
-        from ray.util.placement_group import remove_placement_group
-
         if self.actors:
             # Leave the gloo/nccl group cleanly; a stuck rank must not block shutdown. Best effort: the
             # actors are killed next.

@@ -1,26 +1,21 @@
-"""Load the configuration: shipped YAML defaults + dotted overrides, checked against the schema."""
+"""Load the configuration: the schema's defaults, a user YAML and dotted overrides, merged and checked with
+omegaconf, then turned into the typed, frozen ``Config`` that every component reads its section from."""
 
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable
-from importlib import resources
+from typing import Any, cast
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
+from hybridrl.config.errors import ConfigError
 from hybridrl.config.schema import Config
+from hybridrl.config.validate import validate
 
-DEFAULTS_FILE = "ppo_trainer.yaml"
-
-
-class ConfigError(ValueError):
-    """A configuration mistake, with a message that names the key and the fix."""
-
-
-def default_yaml() -> DictConfig:
-    text = resources.files("hybridrl.config").joinpath(DEFAULTS_FILE).read_text()
-    return OmegaConf.create(text)
+__all__ = ["ConfigError", "load_config", "to_dict", "to_yaml"]
 
 
 def _leaf_keys(node: DictConfig, prefix: str = "") -> list[str]:
@@ -45,6 +40,18 @@ def _closest(key: str, valid: Iterable[str]) -> str:
         tail_matches = difflib.get_close_matches(tail, list(by_tail), n=1, cutoff=0.6)
         matches = [by_tail[t] for t in tail_matches]
     return f" Did you mean '{matches[0]}'?" if matches else ""
+
+
+_ENUM_ERROR = re.compile(r"Invalid value '(?P<value>.*)', expected one of \[(?P<valid>.*)\]")
+
+
+def _bad_value(exc: ValidationError) -> str:
+    """One line naming the key: a closed set (an enum in the schema) lists its values."""
+    first = exc.msg.splitlines()[0]
+    match = _ENUM_ERROR.match(first)
+    if match:
+        return f"{exc.full_key}={match['value']!r} is not valid; choose one of: {match['valid']}."
+    return f"Bad value for config key '{exc.full_key}': {first}"
 
 
 def _parse_overrides(overrides: Iterable[str]) -> DictConfig:
@@ -105,43 +112,46 @@ def _move_seed_parallel_config(layer: DictConfig) -> DictConfig:
     return layer
 
 
-def load_config(overrides: Iterable[str] = (), yaml_path: str | None = None) -> DictConfig:
-    """Return the resolved, typed and validated config.
+def load_config(overrides: Iterable[str] = (), yaml_path: str | None = None) -> Config:
+    """Return the resolved, typed, validated and read-only config.
 
     ``yaml_path`` is an optional user YAML merged over the shipped defaults, before ``overrides``.
     """
     schema = OmegaConf.structured(Config)
-    layers = [default_yaml()]
+    layers: list[DictConfig] = []
     if yaml_path is not None:
         try:
-            layers.append(OmegaConf.load(yaml_path))
+            layers.append(cast(DictConfig, OmegaConf.load(yaml_path)))
         except (OSError, OmegaConfBaseException) as exc:
             raise ConfigError(f"Could not read config file {yaml_path}: {exc}") from None
     layers.append(_parse_overrides(overrides))
-    layers = [layers[0]] + [_normalize_seed_strategy(layer) for layer in layers[1:]]
+    layers = [_normalize_seed_strategy(layer) for layer in layers]
     cfg = schema
     for layer in layers:
         try:
             cfg = OmegaConf.merge(cfg, layer)
         except ConfigKeyError as exc:
             key = exc.full_key or str(exc.key)
-            hint = _closest(key, _leaf_keys(OmegaConf.merge(schema, layers[0])))
+            hint = _closest(key, _leaf_keys(schema))
             raise ConfigError(f"Unknown config key '{key}'.{hint}") from None
         except ValidationError as exc:
-            raise ConfigError(f"Bad value for config key '{exc.full_key}': {exc.msg.splitlines()[0]}") from None
-    try:
-        missing = sorted(OmegaConf.missing_keys(cfg))
-        OmegaConf.resolve(cfg)
-    except OmegaConfBaseException as exc:
-        raise ConfigError(f"Could not resolve the config: {exc}") from None
+            raise ConfigError(_bad_value(exc)) from None
+    missing = sorted(OmegaConf.missing_keys(cfg))
     if missing:
         raise ConfigError(f"Config keys without a value: {', '.join(missing)}.")
-    OmegaConf.set_readonly(cfg, True)
-    from hybridrl.config.validate import validate
+    try:  # resolves interpolations such as trainer.output_dir's
+        typed = cast(Config, OmegaConf.to_object(cfg))
+    except OmegaConfBaseException as exc:
+        raise ConfigError(f"Could not resolve the config: {exc}") from None
+    validate(typed)
+    return typed
 
-    validate(cfg)
-    return cfg
+
+def to_dict(cfg: Config) -> dict[str, Any]:
+    """The config as plain nested dicts and strings (what trackers such as wandb and mlflow record)."""
+    return cast(dict[str, Any], OmegaConf.to_container(OmegaConf.structured(cfg), enum_to_str=True))
 
 
-def to_yaml(cfg: DictConfig) -> str:
-    return OmegaConf.to_yaml(cfg, resolve=True)
+def to_yaml(cfg: Config) -> str:
+    """The config as YAML (what ``config show`` prints and each run saves as ``config.yaml``)."""
+    return OmegaConf.to_yaml(OmegaConf.structured(cfg), resolve=True)

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from hybridrl.algorithms.advantages import get_adv_estimator
+from hybridrl.config.schema import Config, RewardModelConfig, TrainedRoleConfig
+
+# Role names used in ``resource_pool.mapping``.
+ROLES: tuple[str, ...] = ("actor_rollout", "critic", "ref", "reward_model")
 
 # The config section that holds each role's engine settings (the reference follows the actor's).
 ROLE_SECTIONS = {
@@ -13,20 +17,29 @@ ROLE_SECTIONS = {
 }
 
 
-def critic_enabled(cfg: Any) -> bool:
-    from hybridrl.algorithms.advantages import get_adv_estimator
+def engine_section(cfg: Config, role: str) -> TrainedRoleConfig | RewardModelConfig:
+    """The section ``ROLE_SECTIONS[role]`` names: the role's strategy, sharding and precision."""
+    if role in ("actor_rollout", "ref"):
+        return cfg.actor_rollout_ref.actor
+    if role == "critic":
+        return cfg.critic
+    if role == "reward_model":
+        return cfg.reward_model
+    raise KeyError(f"Unknown role '{role}'; roles: {', '.join(ROLES)}.")
 
+
+def critic_enabled(cfg: Config) -> bool:
     if cfg.critic.enable is None:
         return get_adv_estimator(cfg.algorithm.adv_estimator).needs_critic
     return bool(cfg.critic.enable)
 
 
-def ref_enabled(cfg: Any) -> bool:
+def ref_enabled(cfg: Config) -> bool:
     """The frozen reference policy exists only when some KL term needs it."""
     return bool(cfg.algorithm.use_kl_in_reward or cfg.actor_rollout_ref.actor.use_kl_loss)
 
 
-def active_roles(cfg: Any) -> list[str]:
+def active_roles(cfg: Config) -> list[str]:
     roles = ["actor_rollout"]
     if critic_enabled(cfg):
         roles.append("critic")

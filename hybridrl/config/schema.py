@@ -1,308 +1,453 @@
-"""Typed schema of the training configuration.
+"""The training configuration, typed: one frozen dataclass per section, every default and its one-line
+documentation right beside the field, enums for closed sets of values.
 
-The dataclasses give every key its type; the shipped YAML (``ppo_trainer.yaml``) gives every key its
-default and its one-line documentation. Keeping defaults in one place (the YAML) means the schema
-cannot drift from what users read. The loaded config is read-only: code derives values from it
-(e.g. per-worker batch sizes in the workers) instead of writing them back.
+This module is the one home of each key's type, default and meaning. The shipped ``ppo_trainer.yaml``
+is rendered from it (``hybridrl.config.render``; a test keeps the two equal), and ``docs/CONFIG.md`` is
+the long form. Components receive their own section (``ActorConfig``, ``FSDPConfig``, ...), never the
+whole tree or a loose dict. The loaded config is read-only: code derives values from it (e.g. per-worker
+batch sizes) instead of writing them back. Sets that grow by registration (advantage estimators, policy
+losses, tasks, reward functions) are plain strings checked against their registries in ``validate``.
 """
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
-from typing import Any
+from enum import Enum
+from typing import Any, TypeVar
 
-from omegaconf import MISSING
+T = TypeVar("T")
 
 
-@dataclass
+def doc(default: T, help: str) -> T:
+    """A field with its default and one line of documentation (rendered as the YAML comment)."""
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: copy.deepcopy(default), metadata={"help": help})  # type: ignore[return-value]
+    return field(default=default, metadata={"help": help})  # type: ignore[no-any-return]
+
+
+def section(cls: type[T], help: str = "") -> T:
+    """A nested section (its own dataclass), with an optional comment on its header line."""
+    return field(default_factory=cls, metadata={"help": help})  # type: ignore[no-any-return]
+
+
+class Choice(str, Enum):
+    """A closed set of values. Members are named as users write them, compare equal to those strings,
+    and print as them (``f"{Strategy.fsdp}"`` is ``fsdp``)."""
+
+    __str__ = str.__str__
+    __format__ = str.__format__
+
+    @classmethod
+    def values(cls) -> tuple[str, ...]:
+        return tuple(member.value for member in cls)
+
+
+class Strategy(Choice):
+    fsdp = "fsdp"
+    megatron = "megatron"
+
+
+class ShardingStrategy(Choice):
+    FULL_SHARD = "FULL_SHARD"
+    SHARD_GRAD_OP = "SHARD_GRAD_OP"
+    NO_SHARD = "NO_SHARD"
+    HYBRID_SHARD = "HYBRID_SHARD"
+
+
+class Precision(Choice):
+    fp32 = "fp32"
+    bf16 = "bf16"
+    fp16 = "fp16"
+
+
+# Names that are not Python identifiers ("1F1B", "raise") need the functional form.
+PipelineSchedule = Choice("PipelineSchedule", {"1F1B": "1F1B", "GPipe": "GPipe"})
+RewardOnError = Choice("RewardOnError", {"raise": "raise", "fail": "fail"})
+
+
+class RolloutName(Choice):
+    hf = "hf"
+
+
+class KLControlType(Choice):
+    fixed = "fixed"
+    adaptive = "adaptive"
+
+
+class KLPenalty(Choice):
+    kl = "kl"
+    k1 = "k1"
+    abs = "abs"
+    mse = "mse"
+    k2 = "k2"
+    low_var_kl = "low_var_kl"
+    k3 = "k3"
+
+
+class Device(Choice):
+    auto = "auto"
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+class Truncation(Choice):
+    error = "error"
+    left = "left"
+    right = "right"
+
+
+class Tracker(Choice):
+    console = "console"
+    jsonl = "jsonl"
+    tensorboard = "tensorboard"
+    wandb = "wandb"
+    mlflow = "mlflow"
+
+
+# -- model -----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
 class TinyModelConfig:
-    hidden_size: int = MISSING
-    num_hidden_layers: int = MISSING
-    num_attention_heads: int = MISSING
-    num_key_value_heads: int = MISSING
-    intermediate_size: int = MISSING
-    seed: int = MISSING
+    hidden_size: int = doc(64, "")
+    num_hidden_layers: int = doc(2, "")
+    num_attention_heads: int = doc(4, "")
+    num_key_value_heads: int = doc(2, "")
+    intermediate_size: int = doc(128, "")
+    seed: int = doc(0, "seed of the tiny model's initial weights")
 
 
-@dataclass
+@dataclass(frozen=True)
 class ModelConfig:
-    path: str | None = MISSING
-    tokenizer_path: str | None = MISSING
-    trust_remote_code: bool = MISSING
-    tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
+    path: str | None = doc(None, "local Hugging Face model directory; null = build the tiny model below")
+    tokenizer_path: str | None = doc(None, "tokenizer directory; null = same as model.path")
+    trust_remote_code: bool = doc(False, "allow custom modelling code shipped with the model")
+    tiny: TinyModelConfig = section(TinyModelConfig, "the built-in Qwen2-architecture model used when path is null")
 
 
-@dataclass
+@dataclass(frozen=True)
 class CriticModelConfig:
-    path: str | None = MISSING
-    value_head_init_std: float = MISSING
+    path: str | None = doc(None, "null = start from the actor's model")
+    value_head_init_std: float = doc(0.0, "std of the value head's initial weights (0 = zeros)")
 
 
-@dataclass
+# -- parallel strategies ---------------------------------------------------------------------------
+@dataclass(frozen=True)
 class FSDPConfig:
-    sharding_strategy: str = MISSING
-    shard_group_size: int | None = MISSING
-    mixed_precision: bool = MISSING
-    cpu_offload: bool = MISSING
-    limit_all_gathers: bool = MISSING
+    sharding_strategy: ShardingStrategy = doc(
+        ShardingStrategy.FULL_SHARD,
+        "FULL_SHARD | SHARD_GRAD_OP (keep gathered) | NO_SHARD (replicate) | HYBRID_SHARD",
+    )
+    shard_group_size: int | None = doc(
+        None, "HYBRID_SHARD: ranks per shard group (replicated across groups); null = ranks of one node"
+    )
+    mixed_precision: bool = doc(
+        False, "low-precision parameters in compute (bf16, or fp16 with precision=fp16), fp32 reduction"
+    )
+    cpu_offload: bool = doc(False, "keep sharded parameters, gradients and optimizer state on the CPU")
+    limit_all_gathers: bool = doc(
+        True, "true: one layer's all-gather in flight (FSDP2 default); false: prefetch two layers"
+    )
 
 
-@dataclass
+@dataclass(frozen=True)
 class MegatronConfig:
-    tp_size: int = MISSING
-    pp_size: int = MISSING
-    sequence_parallel: bool = MISSING
-    pp_schedule: str = MISSING
-    pp_microbatches: int | None = MISSING
+    tp_size: int = doc(1, "tensor-parallel ranks (must divide attention and key/value heads)")
+    pp_size: int = doc(1, "pipeline stages (at most the number of layers)")
+    sequence_parallel: bool = doc(False, "with tp_size > 1: shard norms and the residual stream along the sequence")
+    pp_schedule: PipelineSchedule = doc(PipelineSchedule["1F1B"], "pipeline schedule: 1F1B | GPipe")
+    pp_microbatches: int | None = doc(
+        None, "micro-batches per pipeline pass; null = mini-batch / ppo_micro_batch_size_per_gpu"
+    )
 
 
-@dataclass
+@dataclass(frozen=True)
 class ParallelConfig:
-    megatron: MegatronConfig = field(default_factory=MegatronConfig)
+    megatron: MegatronConfig = section(MegatronConfig, "used when strategy=megatron; workers = dp x tp_size x pp_size")
 
 
-@dataclass
+@dataclass(frozen=True)
 class OptimConfig:
-    lr: float = MISSING
-    betas: list[float] = MISSING
-    weight_decay: float = MISSING
-    eps: float = MISSING
+    lr: float = doc(1.0e-3, "AdamW learning rate")
+    betas: list[float] = doc([0.9, 0.99], "AdamW betas")
+    weight_decay: float = doc(0.0, "AdamW weight decay")
+    eps: float = doc(1.0e-8, "AdamW epsilon")
 
 
-@dataclass
+@dataclass(frozen=True)
 class PolicyLossConfig:
-    loss_mode: str = MISSING
+    loss_mode: str = doc("vanilla", "vanilla (token-level PPO ratio) | gspo (sequence-level ratio, Zheng et al. 2025)")
 
 
-@dataclass
+# -- roles -----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
 class TrainedRoleConfig:
     """What every trained role (actor, critic) has: its engine, optimizer, batching and precision."""
 
-    strategy: str = MISSING
-    fsdp: FSDPConfig = field(default_factory=FSDPConfig)
-    parallel_config: ParallelConfig = field(default_factory=ParallelConfig)
-    optim: OptimConfig = field(default_factory=OptimConfig)
-    ppo_mini_batch_size: int = MISSING
-    ppo_micro_batch_size_per_gpu: int = MISSING
-    ppo_epochs: int = MISSING
-    shuffle: bool = MISSING
-    grad_clip: float = MISSING
-    loss_agg_mode: str = MISSING
-    precision: str = MISSING
-    gradient_scale: float = MISSING
+    strategy: Strategy = doc(
+        Strategy.fsdp,
+        "training engine: fsdp (FSDP2) | megatron (tensor/sequence/pipeline parallel, DTensor + pipelining)",
+    )
+    fsdp: FSDPConfig = section(FSDPConfig)
+    parallel_config: ParallelConfig = section(ParallelConfig)
+    optim: OptimConfig = section(OptimConfig)
+    ppo_mini_batch_size: int = doc(16, "prompts per optimizer step (x rollout.n sequences, split over workers)")
+    ppo_micro_batch_size_per_gpu: int = doc(32, "sequences per forward/backward on one worker (gradient accumulation)")
+    ppo_epochs: int = doc(2, "passes over each step's rollouts")
+    shuffle: bool = doc(False, "shuffle sequences between PPO epochs")
+    grad_clip: float = doc(1.0, "max global gradient norm")
+    loss_agg_mode: str = doc("token-mean", "how token losses become one number (token-mean, seq-mean-token-sum, ...)")
+    precision: Precision = doc(Precision.fp32, "fp32 | bf16 (autocast) | fp16 (autocast + dynamic loss scaling)")
+    gradient_scale: float = doc(
+        512.0,
+        "fp16: initial loss scale (halved on overflow, the step skipped; doubled after 200 clean steps)",
+    )
 
 
-@dataclass
+@dataclass(frozen=True)
 class ActorConfig(TrainedRoleConfig):
-    clip_ratio: float = MISSING
-    clip_ratio_low: float | None = MISSING
-    clip_ratio_high: float | None = MISSING
-    clip_ratio_c: float | None = MISSING
-    policy_loss: PolicyLossConfig = field(default_factory=lambda: PolicyLossConfig())
-    use_kl_loss: bool = MISSING
-    kl_loss_coef: float = MISSING
-    kl_loss_type: str = MISSING
-    entropy_coeff: float = MISSING
+    clip_ratio: float = doc(0.2, "PPO clip range of the probability ratio")
+    clip_ratio_low: float | None = doc(None, "lower clip range (1 - low); null = clip_ratio")
+    clip_ratio_high: float | None = doc(
+        None, "upper clip range (1 + high); null = clip_ratio. DAPO's clip-higher: e.g. 0.28"
+    )
+    clip_ratio_c: float | None = doc(3.0, "dual-clip bound for negative advantages (Ye et al. 2020); null = off")
+    policy_loss: PolicyLossConfig = section(PolicyLossConfig)
+    use_kl_loss: bool = doc(False, "add kl_loss_coef * KL(policy || reference) to the actor loss (GRPO style)")
+    kl_loss_coef: float = doc(0.001, "weight of the KL loss")
+    kl_loss_type: KLPenalty = doc(KLPenalty.low_var_kl, "kl/k1, abs, mse/k2, low_var_kl/k3")
+    entropy_coeff: float = doc(0.0, "weight of the entropy bonus in the actor loss")
 
 
-@dataclass
+@dataclass(frozen=True)
 class ValKwargsConfig:
-    n: int = MISSING
-    do_sample: bool = MISSING
-    temperature: float = MISSING
-    top_k: int = MISSING
-    top_p: float = MISSING
+    n: int = doc(1, "responses per validation prompt (metrics are mean@n)")
+    do_sample: bool = doc(False, "false = greedy")
+    temperature: float = doc(1.0, "")
+    top_k: int = doc(0, "")
+    top_p: float = doc(1.0, "")
 
 
-@dataclass
+@dataclass(frozen=True)
+class SamplingConfig:
+    """How a rollout samples: the rollout's settings, or validation's ``val_kwargs``."""
+
+    do_sample: bool
+    temperature: float
+    top_k: int
+    top_p: float
+
+
+@dataclass(frozen=True)
 class RolloutConfig:
-    name: str = MISSING
-    n: int = MISSING
-    do_sample: bool = MISSING
-    temperature: float = MISSING
-    top_k: int = MISSING
-    top_p: float = MISSING
-    log_prob_micro_batch_size_per_gpu: int = MISSING
-    val_kwargs: ValKwargsConfig = field(default_factory=ValKwargsConfig)
+    name: RolloutName = doc(RolloutName.hf, "generation engine: hf (Hugging Face generate on the actor's weights)")
+    n: int = doc(4, "responses sampled per prompt")
+    do_sample: bool = doc(True, "false = greedy")
+    temperature: float = doc(1.0, "sampling temperature (> 0)")
+    top_k: int = doc(0, "0 = off")
+    top_p: float = doc(1.0, "nucleus sampling; 1.0 = off")
+    log_prob_micro_batch_size_per_gpu: int = doc(64, "sequences per forward when computing old log-probs")
+    val_kwargs: ValKwargsConfig = section(ValKwargsConfig, "sampling for validation")
+
+    def sampling(self) -> SamplingConfig:
+        return SamplingConfig(self.do_sample, self.temperature, self.top_k, self.top_p)
 
 
-@dataclass
+@dataclass(frozen=True)
 class RefConfig:
-    log_prob_micro_batch_size_per_gpu: int = MISSING
+    log_prob_micro_batch_size_per_gpu: int = doc(64, "sequences per forward of the frozen reference policy")
 
 
-@dataclass
+@dataclass(frozen=True)
 class ActorRolloutRefConfig:
-    model: ModelConfig = field(default_factory=ModelConfig)
-    actor: ActorConfig = field(default_factory=ActorConfig)
-    rollout: RolloutConfig = field(default_factory=RolloutConfig)
-    ref: RefConfig = field(default_factory=RefConfig)
+    model: ModelConfig = section(ModelConfig)
+    actor: ActorConfig = section(ActorConfig)
+    rollout: RolloutConfig = section(RolloutConfig)
+    ref: RefConfig = section(RefConfig)
 
 
-@dataclass
+@dataclass(frozen=True)
 class CriticConfig(TrainedRoleConfig):
-    enable: bool | None = MISSING
-    model: CriticModelConfig = field(default_factory=CriticModelConfig)
-    forward_micro_batch_size_per_gpu: int = MISSING
-    cliprange_value: float | None = MISSING
+    enable: bool | None = doc(None, "null = when algorithm.adv_estimator needs values (gae); false = never")
+    model: CriticModelConfig = section(CriticModelConfig)
+    forward_micro_batch_size_per_gpu: int = doc(64, "sequences per forward when computing values")
+    cliprange_value: float | None = doc(0.5, "value clipping around the old values; null = no clipping")
 
 
-@dataclass
+# -- algorithm -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
 class KLControlConfig:
-    type: str = MISSING
-    kl_coef: float = MISSING
-    target_kl: float = MISSING
-    horizon: int = MISSING
+    type: KLControlType = doc(KLControlType.fixed, "fixed | adaptive (Ziegler et al. 2019)")
+    kl_coef: float = doc(0.001, "(initial) KL coefficient")
+    target_kl: float = doc(0.1, "adaptive: KL the controller steers to")
+    horizon: int = doc(10000, "adaptive: samples over which the coefficient adapts")
 
 
-@dataclass
+@dataclass(frozen=True)
 class FilterGroupsConfig:
-    enable: bool = MISSING
-    max_num_gen_batches: int = MISSING
+    enable: bool = doc(False, "drop prompt groups whose rewards are all equal; sample more to refill")
+    max_num_gen_batches: int = doc(
+        4, "most generation rounds per step; then the batch is topped up with dropped groups"
+    )
 
 
-@dataclass
+@dataclass(frozen=True)
 class AlgorithmConfig:
-    adv_estimator: str = MISSING
-    norm_adv_by_std_in_grpo: bool = MISSING
-    gamma: float = MISSING
-    lam: float = MISSING
-    use_kl_in_reward: bool = MISSING
-    kl_penalty: str = MISSING
-    kl_ctrl: KLControlConfig = field(default_factory=KLControlConfig)
-    filter_groups: FilterGroupsConfig = field(default_factory=lambda: FilterGroupsConfig())
+    adv_estimator: str = doc("gae", "gae | grpo | rloo | reinforce_plus_plus | reinforce_plus_plus_baseline | remax")
+    norm_adv_by_std_in_grpo: bool = doc(True, "grpo: divide by the group's std; false = Dr.GRPO (Liu et al. 2025)")
+    gamma: float = doc(1.0, "discount")
+    lam: float = doc(0.95, "GAE lambda")
+    use_kl_in_reward: bool = doc(True, "subtract kl_coef * KL(policy || reference) from the token rewards")
+    kl_penalty: KLPenalty = doc(KLPenalty.kl, "KL estimator: kl/k1, abs, mse/k2, low_var_kl/k3")
+    kl_ctrl: KLControlConfig = section(KLControlConfig)
+    filter_groups: FilterGroupsConfig = section(FilterGroupsConfig, "DAPO dynamic sampling (Yu et al. 2025)")
 
 
-@dataclass
+# -- data and rewards ------------------------------------------------------------------------------
+@dataclass(frozen=True)
 class DataConfig:
-    train_files: Any | None = MISSING
-    val_files: Any | None = MISSING
-    prompt_key: str = MISSING
-    filter_overlong_prompts: bool = MISSING
-    truncation: str = MISSING
-    task: str = MISSING
-    task_kwargs: dict[str, Any] = MISSING
-    train_size: int = MISSING
-    val_size: int = MISSING
-    train_batch_size: int = MISSING
-    max_prompt_length: int = MISSING
-    max_response_length: int = MISSING
-    shuffle: bool = MISSING
-    seed: int = MISSING
+    train_files: Any = doc(None, "verl-format parquet file(s) (one path or a list); null = the built-in task")
+    val_files: Any = doc(None, "parquet file(s) for validation; null = held-out prompts of the built-in task")
+    prompt_key: str = doc("prompt", "parquet column with the chat messages")
+    filter_overlong_prompts: bool = doc(True, "drop prompts longer than max_prompt_length (the count is logged)")
+    truncation: Truncation = doc(Truncation.error, "for overlong prompts that are not filtered: error | left | right")
+    task: str = doc("copy", "built-in task that makes prompts and scores answers (see hybridrl/data/tasks.py)")
+    task_kwargs: dict[str, Any] = doc(
+        {"num_digits": 3}, "passed to the task's constructor (copy: num_digits, the digits to repeat)"
+    )
+    train_size: int = doc(4096, "prompts generated for the training set")
+    val_size: int = doc(64, "held-out prompts generated for validation (built-in task)")
+    train_batch_size: int = doc(32, "prompts per step (each sampled rollout.n times)")
+    max_prompt_length: int = doc(16, "longest prompt allowed (tokens); each batch is left-padded to its longest prompt")
+    max_response_length: int = doc(6, "new tokens generated per response")
+    shuffle: bool = doc(True, "reshuffle the training prompts every epoch")
+    seed: int = doc(1, "seed of prompt generation and shuffling")
+
+    def train_file_list(self) -> list[str]:
+        return file_list(self.train_files)
+
+    def val_file_list(self) -> list[str]:
+        return file_list(self.val_files)
 
 
-@dataclass
+def file_list(value: object) -> list[str]:
+    """``data.train_files`` / ``val_files``: one path or a list of paths."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    return [str(v) for v in value]  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True)
 class RewardModelModelConfig:
-    path: str | None = MISSING
-    tokenizer_path: str | None = MISSING
-    trust_remote_code: bool = MISSING
+    path: str | None = doc(None, "local Hugging Face sequence-classification directory (num_labels=1)")
+    tokenizer_path: str | None = doc(None, "null = model.path")
+    trust_remote_code: bool = doc(False, "allow custom modelling code shipped with the model")
 
 
-@dataclass
+@dataclass(frozen=True)
 class RewardModelConfig:
-    enable: bool = MISSING
-    model: RewardModelModelConfig = field(default_factory=RewardModelModelConfig)
-    fsdp: FSDPConfig = field(default_factory=FSDPConfig)
-    precision: str = MISSING
-    max_length: int = MISSING
-    micro_batch_size_per_gpu: int = MISSING
-    weight: float = MISSING
-    use_rule_reward: bool = MISSING
+    enable: bool = doc(False, "score (prompt + response) text with a learned reward model on its own role")
+    model: RewardModelModelConfig = section(RewardModelModelConfig)
+    fsdp: FSDPConfig = section(FSDPConfig)
+    precision: Precision = doc(Precision.fp32, "fp32 | bf16")
+    max_length: int = doc(1024, "tokens of prompt + response scored (the start is cut if longer)")
+    micro_batch_size_per_gpu: int = doc(32, "sequences per forward")
+    weight: float = doc(1.0, "score = rule reward (if use_rule_reward) + weight * reward-model score")
+    use_rule_reward: bool = doc(True, "add the data_source's rule reward function's score")
 
 
-@dataclass
+@dataclass(frozen=True)
 class CustomRewardFunctionConfig:
-    path: str | None = MISSING
-    name: str = MISSING
+    path: str | None = doc(None, "Python file; null = the registry by data_source")
+    name: str = doc(
+        "compute_score",
+        "function in that file: fn(data_source, solution_str, ground_truth, extra_info) -> float",
+    )
 
 
-@dataclass
+@dataclass(frozen=True)
 class RewardConfig:
-    on_error: str = MISSING
-    failure_score: float = MISSING
+    on_error: RewardOnError = doc(
+        RewardOnError["raise"],
+        "raise: stop with an error naming the function and sample | fail: score the sample as failed",
+    )
+    failure_score: float = doc(0.0, "the score a failed sample gets with on_error=fail (counted in reward/failed)")
 
 
-@dataclass
+# -- cluster and trainer ---------------------------------------------------------------------------
+@dataclass(frozen=True)
 class ResourcePoolConfig:
-    pools: dict[str, dict[str, Any]] = MISSING
-    mapping: dict[str, str] = MISSING
+    pools: dict[str, dict[str, Any]] = doc(
+        {"global_pool": {"GPU": 2}},
+        "name -> resources; GPU n = n workers with a GPU each (without GPUs: n CPU workers, with a notice); "
+        "custom labels (gpu_group: 8) pick nodes; strategy: PACK|SPREAD|...",
+    )
+    mapping: dict[str, str] = doc(
+        {"actor_rollout": "global_pool", "critic": "global_pool", "ref": "global_pool", "reward_model": "global_pool"},
+        "role -> pool; roles on one pool share its worker processes (reward_model only with reward_model.enable)",
+    )
 
 
-@dataclass
+@dataclass(frozen=True)
 class RayConfig:
-    address: str | None = MISSING
-    num_cpus: int | None = MISSING
-    include_dashboard: bool = MISSING
-    dashboard_host: str = MISSING
-    env_vars: dict[str, str] = MISSING
-    working_dir: str | None = MISSING
-    object_store_memory: int | None = MISSING
-    start_timeout_s: float = MISSING
-    call_timeout_s: float = MISSING
+    address: str | None = doc(None, 'null = start a local cluster; "auto" or host:port = join an existing one')
+    num_cpus: int | None = doc(None, "local cluster CPUs; null = enough for every worker (may oversubscribe)")
+    include_dashboard: bool = doc(True, "start the Ray dashboard with a local cluster; its address is printed")
+    dashboard_host: str = doc("127.0.0.1", "the dashboard listens here only; 0.0.0.0 exposes it to the network")
+    env_vars: dict[str, str] = doc({}, "extra environment variables for every worker (e.g. NCCL_DEBUG: INFO)")
+    working_dir: str | None = doc(None, "a directory Ray ships to every worker (runtime_env working_dir); null = none")
+    object_store_memory: int | None = doc(None, "bytes for the local object store; null = Ray's default")
+    start_timeout_s: float = doc(120.0, "max wait for placement groups and worker start-up")
+    call_timeout_s: float = doc(600.0, "max wait for one worker-group call")
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrainerConfig:
-    project_name: str = MISSING
-    experiment_name: str = MISSING
-    output_dir: str = MISSING
-    total_steps: int = MISSING
-    seed: int = MISSING
-    device: str = MISSING
-    logger: list[str] = MISSING
-    progress_bar: bool = MISSING
-    trace: bool = MISSING
-    breakdown_interval: int = MISSING
-    straggler_factor: float = MISSING
-    straggler_min_seconds: float = MISSING
-    cluster_stats_interval: int = MISSING
-    save_hf: bool = MISSING
-    test_freq: int = MISSING
-    val_before_train: bool = MISSING
-    val_generations_to_log: int = MISSING
-    save_freq: int = MISSING
-    max_ckpt_to_keep: int | None = MISSING
-    resume_mode: str = MISSING
-    resume_from_path: str | None = MISSING
-    learning_check_window: int = MISSING
-    ray: RayConfig = field(default_factory=RayConfig)
+    project_name: str = doc("hybridrl", "")
+    experiment_name: str = doc("default", "")
+    output_dir: str = doc("outputs/${trainer.project_name}/${trainer.experiment_name}", "run directory")
+    total_steps: int = doc(150, "training steps (one batch of prompts each)")
+    seed: int = doc(1, "seed of sampling, shuffling and initialisation on every worker")
+    device: Device = doc(Device.auto, "auto (cuda if available, else cpu) | cpu | cuda")
+    logger: list[Tracker] = doc(
+        [Tracker.console, Tracker.jsonl, Tracker.tensorboard],
+        "console (progress bar + step lines), jsonl (metrics.jsonl), tensorboard, wandb, mlflow",
+    )
+    progress_bar: bool = doc(True, "show a progress bar on the console")
+    trace: bool = doc(True, "write <output_dir>/trace.json: a Perfetto/Chrome timeline of every phase on every rank")
+    breakdown_interval: int = doc(
+        50, "print the phase breakdown table every this many steps (and at the end); 0 = only at the end"
+    )
+    straggler_factor: float = doc(2.0, "warn when a rank's call takes this many times the median of its group's ranks")
+    straggler_min_seconds: float = doc(0.05, "...and at least this long (shorter calls are noise)")
+    cluster_stats_interval: int = doc(
+        1, "record Ray object-store usage and spilling every this many steps (one GCS query, ~40 ms)"
+    )
+    save_hf: bool = doc(True, "write the trained actor to <output_dir>/actor_hf at the end")
+    save_freq: int = doc(50, "checkpoint every this many steps and at the last step; -1 = never")
+    max_ckpt_to_keep: int | None = doc(3, "newest checkpoints kept under <output_dir>/checkpoints; null = all")
+    resume_mode: str = doc(
+        "auto", "auto (latest checkpoint in output_dir, if any) | disable | resume_path | a checkpoint path"
+    )
+    resume_from_path: str | None = doc(None, "the global_step_<k> directory for resume_mode=resume_path")
+    test_freq: int = doc(50, "validate every this many steps (and at the end); -1 = never")
+    val_before_train: bool = doc(False, "validate once before the first step")
+    val_generations_to_log: int = doc(5, "sample generations saved per validation to <output_dir>/val_generations/")
+    learning_check_window: int = doc(5, 'steps averaged at the start and end for the closing "did it learn" line')
+    ray: RayConfig = section(RayConfig)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Config:
-    data: DataConfig = field(default_factory=DataConfig)
-    actor_rollout_ref: ActorRolloutRefConfig = field(default_factory=ActorRolloutRefConfig)
-    critic: CriticConfig = field(default_factory=CriticConfig)
-    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
-    reward_model: RewardModelConfig = field(default_factory=RewardModelConfig)
-    custom_reward_function: CustomRewardFunctionConfig = field(default_factory=CustomRewardFunctionConfig)
-    reward: RewardConfig = field(default_factory=RewardConfig)
-    resource_pool: ResourcePoolConfig = field(default_factory=ResourcePoolConfig)
-    trainer: TrainerConfig = field(default_factory=TrainerConfig)
-
-
-# Keys whose value must be one of a fixed set. Sets that grow by registration (advantage estimators,
-# tasks, reward functions) are checked against their registries in ``validate``.
-CHOICES: dict[str, tuple[str, ...]] = {
-    "actor_rollout_ref.actor.strategy": ("fsdp", "megatron"),
-    "critic.strategy": ("fsdp", "megatron"),
-    "actor_rollout_ref.actor.parallel_config.megatron.pp_schedule": ("1F1B", "GPipe"),
-    "critic.parallel_config.megatron.pp_schedule": ("1F1B", "GPipe"),
-    "actor_rollout_ref.actor.fsdp.sharding_strategy": ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD"),
-    "critic.fsdp.sharding_strategy": ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD"),
-    "actor_rollout_ref.actor.precision": ("fp32", "bf16", "fp16"),
-    "critic.precision": ("fp32", "bf16", "fp16"),
-    "actor_rollout_ref.rollout.name": ("hf",),
-    "algorithm.kl_ctrl.type": ("fixed", "adaptive"),
-    "algorithm.kl_penalty": ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3"),
-    "actor_rollout_ref.actor.kl_loss_type": ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3"),
-    "trainer.device": ("auto", "cpu", "cuda"),
-    "data.truncation": ("error", "left", "right"),
-    "reward.on_error": ("raise", "fail"),
-    "reward_model.precision": ("fp32", "bf16"),
-    "reward_model.fsdp.sharding_strategy": ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD"),
-}
-
-# Role names used in ``resource_pool.mapping``.
-ROLES: tuple[str, ...] = ("actor_rollout", "critic", "ref", "reward_model")
-TRACKERS: tuple[str, ...] = ("console", "jsonl", "tensorboard", "wandb", "mlflow")
+    data: DataConfig = section(DataConfig)
+    actor_rollout_ref: ActorRolloutRefConfig = section(ActorRolloutRefConfig)
+    critic: CriticConfig = section(CriticConfig)
+    algorithm: AlgorithmConfig = section(AlgorithmConfig)
+    reward_model: RewardModelConfig = section(RewardModelConfig)
+    custom_reward_function: CustomRewardFunctionConfig = section(
+        CustomRewardFunctionConfig, "a user's reward function, used for every data_source (verl's keys)"
+    )
+    reward: RewardConfig = section(RewardConfig)
+    resource_pool: ResourcePoolConfig = section(ResourcePoolConfig)
+    trainer: TrainerConfig = section(TrainerConfig)

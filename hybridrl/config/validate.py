@@ -1,87 +1,94 @@
-"""Cross-field checks run before any Ray actor starts; each error names the key, value and fix."""
+"""Cross-field checks run before any Ray actor starts; each error names the key, value and fix.
+
+Types and closed sets (enums) are already checked by the schema when the config loads; what is left here
+is what one field cannot say alone: batch arithmetic, pools against roles, layouts against the model,
+names that live in registries (advantage estimators, losses, tasks), files that must exist.
+"""
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
-from omegaconf import DictConfig, OmegaConf
-
-from hybridrl.config.roles import ROLE_SECTIONS
-from hybridrl.config.schema import CHOICES, ROLES, TRACKERS
+from hybridrl.algorithms.advantages import ADV_ESTIMATORS, get_adv_estimator
+from hybridrl.algorithms.losses import LOSS_AGG_MODES, POLICY_LOSSES
+from hybridrl.config.errors import ConfigError
+from hybridrl.config.pools import ResourcePoolManager
+from hybridrl.config.roles import ROLE_SECTIONS, ROLES, active_roles, engine_section
+from hybridrl.config.schema import Config, Precision, Strategy, TrainedRoleConfig
+from hybridrl.data.tasks import TASKS, make_task
+from hybridrl.parallel.layout import megatron_fit_errors
+from hybridrl.rewards.custom import CustomRewardError, load_reward_fn
 
 logger = logging.getLogger(__name__)
 
 
-def _fail(msg: str):
-    from hybridrl.config.loader import ConfigError
-
+def _fail(msg: str) -> NoReturn:
     raise ConfigError(msg)
 
 
-def _check_choices(cfg: DictConfig) -> None:
-    from hybridrl.algorithms.advantages import ADV_ESTIMATORS
-    from hybridrl.algorithms.losses import LOSS_AGG_MODES
-    from hybridrl.data.tasks import TASKS
-
-    choices = dict(CHOICES)
-    choices["algorithm.adv_estimator"] = tuple(sorted(ADV_ESTIMATORS))
-    choices["data.task"] = tuple(sorted(TASKS))
-    choices["actor_rollout_ref.actor.loss_agg_mode"] = tuple(LOSS_AGG_MODES)
-    choices["critic.loss_agg_mode"] = tuple(LOSS_AGG_MODES)
-    for key, valid in choices.items():
-        value = OmegaConf.select(cfg, key)
+def _check_choices(cfg: Config) -> None:
+    """Names checked against registries (closed sets are enums, checked by the schema)."""
+    actor = cfg.actor_rollout_ref.actor
+    choices: dict[str, tuple[str, Any]] = {
+        "algorithm.adv_estimator": (cfg.algorithm.adv_estimator, sorted(ADV_ESTIMATORS)),
+        "data.task": (cfg.data.task, sorted(TASKS)),
+        "actor_rollout_ref.actor.loss_agg_mode": (actor.loss_agg_mode, LOSS_AGG_MODES),
+        "critic.loss_agg_mode": (cfg.critic.loss_agg_mode, LOSS_AGG_MODES),
+        "actor_rollout_ref.actor.policy_loss.loss_mode": (actor.policy_loss.loss_mode, sorted(POLICY_LOSSES)),
+    }
+    for key, (value, valid) in choices.items():
         if value not in valid:
             _fail(f"{key}={value!r} is not valid; choose one of: {', '.join(valid)}.")
+    if cfg.reward_model.precision == Precision.fp16:
+        _fail("reward_model.precision=fp16 is not supported (no loss scaling for a frozen model); use fp32 or bf16.")
     for tracker in cfg.trainer.logger:
-        if tracker not in TRACKERS:
-            _fail(f"trainer.logger has {tracker!r}; valid trackers: {', '.join(TRACKERS)}.")
-        if tracker in ("wandb", "mlflow"):
-            import importlib.util
-
-            if importlib.util.find_spec(tracker) is None:
-                _fail(
-                    f"trainer.logger includes '{tracker}' but the {tracker} package is not installed: "
-                    f"pip install 'hybridrl[{tracker}]', or remove it from trainer.logger."
-                )
+        if tracker in ("wandb", "mlflow") and importlib.util.find_spec(tracker) is None:
+            _fail(
+                f"trainer.logger includes '{tracker}' but the {tracker} package is not installed: "
+                f"pip install 'hybridrl[{tracker}]', or remove it from trainer.logger."
+            )
 
 
-def _check_positive(cfg: DictConfig) -> None:
-    keys = [
-        "data.train_batch_size",
-        "data.train_size",
-        "data.max_prompt_length",
-        "data.max_response_length",
-        "trainer.total_steps",
-        "actor_rollout_ref.rollout.n",
-        "actor_rollout_ref.actor.ppo_mini_batch_size",
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
-        "actor_rollout_ref.actor.ppo_epochs",
-        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
-        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
-        "critic.ppo_mini_batch_size",
-        "critic.ppo_micro_batch_size_per_gpu",
-        "critic.ppo_epochs",
-        "critic.forward_micro_batch_size_per_gpu",
-        "trainer.learning_check_window",
-    ]
-    for key in keys:
-        value = OmegaConf.select(cfg, key)
+def _check_positive(cfg: Config) -> None:
+    actor, critic, rollout = cfg.actor_rollout_ref.actor, cfg.critic, cfg.actor_rollout_ref.rollout
+    values = {
+        "data.train_batch_size": cfg.data.train_batch_size,
+        "data.train_size": cfg.data.train_size,
+        "data.max_prompt_length": cfg.data.max_prompt_length,
+        "data.max_response_length": cfg.data.max_response_length,
+        "trainer.total_steps": cfg.trainer.total_steps,
+        "actor_rollout_ref.rollout.n": rollout.n,
+        "actor_rollout_ref.actor.ppo_mini_batch_size": actor.ppo_mini_batch_size,
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": actor.ppo_micro_batch_size_per_gpu,
+        "actor_rollout_ref.actor.ppo_epochs": actor.ppo_epochs,
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": rollout.log_prob_micro_batch_size_per_gpu,
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": cfg.actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu,
+        "critic.ppo_mini_batch_size": critic.ppo_mini_batch_size,
+        "critic.ppo_micro_batch_size_per_gpu": critic.ppo_micro_batch_size_per_gpu,
+        "critic.ppo_epochs": critic.ppo_epochs,
+        "critic.forward_micro_batch_size_per_gpu": critic.forward_micro_batch_size_per_gpu,
+        "trainer.learning_check_window": cfg.trainer.learning_check_window,
+        "actor_rollout_ref.actor.optim.lr": actor.optim.lr,
+        "critic.optim.lr": critic.optim.lr,
+    }
+    for key, value in values.items():
         if value <= 0:
             _fail(f"{key}={value} must be positive.")
-    for key in ["actor_rollout_ref.actor.optim.lr", "critic.optim.lr"]:
-        if OmegaConf.select(cfg, key) <= 0:
-            _fail(f"{key}={OmegaConf.select(cfg, key)} must be positive.")
     if cfg.trainer.save_freq == 0 or cfg.trainer.save_freq < -1:
         _fail(f"trainer.save_freq={cfg.trainer.save_freq}: use a positive number of steps, or -1 for no checkpoints.")
     if cfg.trainer.resume_mode == "resume_path" and not cfg.trainer.resume_from_path:
         _fail("trainer.resume_mode=resume_path needs trainer.resume_from_path=<checkpoint dir>.")
     if cfg.trainer.straggler_factor <= 1:
         _fail(f"trainer.straggler_factor={cfg.trainer.straggler_factor} must be > 1 (a multiple of the median).")
-    for key in ("breakdown_interval", "cluster_stats_interval"):
-        if cfg.trainer[key] < 0:
-            _fail(f"trainer.{key}={cfg.trainer[key]} must be >= 0.")
+    for key, value in (
+        ("breakdown_interval", cfg.trainer.breakdown_interval),
+        ("cluster_stats_interval", cfg.trainer.cluster_stats_interval),
+    ):
+        if value < 0:
+            _fail(f"trainer.{key}={value} must be >= 0.")
     if not 0 <= cfg.algorithm.gamma <= 1 or not 0 <= cfg.algorithm.lam <= 1:
         _fail(f"algorithm.gamma={cfg.algorithm.gamma} and algorithm.lam={cfg.algorithm.lam} must lie in [0, 1].")
     if cfg.actor_rollout_ref.rollout.temperature <= 0:
@@ -125,10 +132,7 @@ def _check_batch_arithmetic(
         )
 
 
-def _check_pools(cfg: DictConfig) -> dict[str, int]:
-    from hybridrl.cluster.resource_pool import ResourcePoolManager
-    from hybridrl.config.roles import active_roles
-
+def _check_pools(cfg: Config) -> dict[str, int]:
     mapping = cfg.resource_pool.mapping
     for role in mapping:
         if role not in ROLES:
@@ -137,17 +141,14 @@ def _check_pools(cfg: DictConfig) -> dict[str, int]:
         if role not in mapping:
             _fail(f"resource_pool.mapping has no pool for role '{role}'; add resource_pool.mapping.{role}=<pool>.")
     try:
-        manager = ResourcePoolManager.from_config(cfg, roles=active_roles(cfg))
+        manager = ResourcePoolManager.from_config(cfg.resource_pool, roles=active_roles(cfg))
     except (ValueError, KeyError) as exc:
         _fail(f"resource_pool: {exc}")
     return {role: manager.pool_of(role).num_workers for role in active_roles(cfg)}
 
 
-def _check_algorithm(cfg: DictConfig) -> None:
+def _check_algorithm(cfg: Config) -> None:
     """Options that do not fit each other are refused here, before anything starts."""
-    from hybridrl.algorithms.advantages import get_adv_estimator
-    from hybridrl.algorithms.losses import POLICY_LOSSES
-
     algo, actor = cfg.algorithm, cfg.actor_rollout_ref.actor
     name = algo.adv_estimator
     estimator = get_adv_estimator(name)
@@ -174,20 +175,18 @@ def _check_algorithm(cfg: DictConfig) -> None:
         )
     if algo.filter_groups.max_num_gen_batches < 1:
         _fail(f"algorithm.filter_groups.max_num_gen_batches ({algo.filter_groups.max_num_gen_batches}) must be >= 1.")
-    if actor.policy_loss.loss_mode not in POLICY_LOSSES:
-        _fail(
-            f"actor_rollout_ref.actor.policy_loss.loss_mode={actor.policy_loss.loss_mode!r} is not valid; "
-            f"choose one of: {', '.join(sorted(POLICY_LOSSES))}."
-        )
-    for key in ("clip_ratio", "clip_ratio_low", "clip_ratio_high"):
-        value = actor[key]
+    for key, value in (
+        ("clip_ratio", actor.clip_ratio),
+        ("clip_ratio_low", actor.clip_ratio_low),
+        ("clip_ratio_high", actor.clip_ratio_high),
+    ):
         if value is not None and value <= 0:
             _fail(f"actor_rollout_ref.actor.{key}={value} must be positive.")
     if actor.clip_ratio_c is not None and actor.clip_ratio_c <= 1:
         _fail(f"actor_rollout_ref.actor.clip_ratio_c={actor.clip_ratio_c} must be > 1 (dual-clip bound), or null.")
 
 
-def validate(cfg: DictConfig) -> None:
+def validate(cfg: Config) -> None:
     _check_choices(cfg)
     _check_positive(cfg)
     _check_algorithm(cfg)
@@ -224,10 +223,8 @@ def validate(cfg: DictConfig) -> None:
                 f"be split over the {replicas[role]} data-parallel replicas of role '{role}'."
             )
     _check_data_and_rewards(cfg)
-    from hybridrl.data.tasks import make_task
-
     try:
-        task = make_task(cfg.data.task, **OmegaConf.to_container(cfg.data.task_kwargs))
+        task = make_task(cfg.data.task, **cfg.data.task_kwargs)
     except ValueError as exc:
         _fail(str(exc))
     builtin = cfg.data.train_files is None
@@ -238,26 +235,15 @@ def validate(cfg: DictConfig) -> None:
         )
 
 
-def file_list(value: object) -> list[str]:
-    """``data.train_files`` / ``val_files``: one path or a list of paths."""
-    if value is None:
-        return []
-    if isinstance(value, str):
-        return [value]
-    return [str(v) for v in value]
-
-
-def _check_data_and_rewards(cfg: DictConfig) -> None:
-    from pathlib import Path
-
-    for key in ("train_files", "val_files"):
-        for path in file_list(cfg.data[key]):
+def _check_data_and_rewards(cfg: Config) -> None:
+    for key, paths in (("train_files", cfg.data.train_file_list()), ("val_files", cfg.data.val_file_list())):
+        for path in paths:
             if not Path(path).is_file():
                 _fail(f"data.{key}: {path} does not exist (a verl-format parquet file is expected).")
     if cfg.data.val_files is not None and cfg.data.train_files is None:
         _fail("data.val_files is set but data.train_files is not; give both (or neither, for the built-in task).")
-    for key in ("model.path", "model.tokenizer_path"):
-        path = OmegaConf.select(cfg, f"actor_rollout_ref.{key}")
+    model = cfg.actor_rollout_ref.model
+    for key, path in (("model.path", model.path), ("model.tokenizer_path", model.tokenizer_path)):
         if path is not None and not Path(path).expanduser().is_dir():
             _fail(f"actor_rollout_ref.{key}: {path} is not a directory; give a local Hugging Face model directory.")
     if cfg.critic.model.path is not None and not Path(cfg.critic.model.path).expanduser().is_dir():
@@ -275,8 +261,6 @@ def _check_data_and_rewards(cfg: DictConfig) -> None:
                 f"reward_model.micro_batch_size_per_gpu ({rm.micro_batch_size_per_gpu}) >= 1."
             )
     if cfg.custom_reward_function.path:
-        from hybridrl.rewards.custom import CustomRewardError, load_reward_fn
-
         try:
             load_reward_fn(cfg.custom_reward_function.path, cfg.custom_reward_function.name)
         except CustomRewardError as exc:
@@ -289,12 +273,12 @@ def _check_data_and_rewards(cfg: DictConfig) -> None:
         _fail("trainer.val_generations_to_log must be >= 0.")
 
 
-def _pp_microbatches(section: DictConfig) -> int | None:
+def _pp_microbatches(section: TrainedRoleConfig) -> int | None:
     megatron = section.parallel_config.megatron
-    return megatron.pp_microbatches if section.strategy == "megatron" and megatron.pp_size > 1 else None
+    return megatron.pp_microbatches if section.strategy == Strategy.megatron and megatron.pp_size > 1 else None
 
 
-def model_shape(cfg: DictConfig, role: str) -> dict[str, Any] | None:
+def model_shape(cfg: Config, role: str) -> dict[str, Any] | None:
     """What ``megatron_fit_errors`` needs to know of the model a role trains: heads, key/value heads,
     layers, embedding tying, tensor-parallel plan (None when its directory has no readable config; the
     model loader reports that)."""
@@ -313,7 +297,8 @@ def model_shape(cfg: DictConfig, role: str) -> dict[str, Any] | None:
     config_file = Path(path) / "config.json"
     if not config_file.is_file():
         return None
-    from transformers import AutoConfig
+    # transformers is heavy: only a model given by path needs it here.
+    from transformers import AutoConfig  # noqa: PLC0415 - heavy, needed only for a model directory
 
     config = AutoConfig.from_pretrained(path, local_files_only=True, trust_remote_code=model.trust_remote_code)
     config = getattr(config, "text_config", None) or config
@@ -328,15 +313,13 @@ def model_shape(cfg: DictConfig, role: str) -> dict[str, Any] | None:
     }
 
 
-def _check_megatron(cfg: DictConfig, workers: dict[str, int]) -> dict[str, int]:
+def _check_megatron(cfg: Config, workers: dict[str, int]) -> dict[str, int]:
     """Data-parallel replicas per role; tensor/pipeline layouts that cannot run are refused with numbers."""
-    from hybridrl.parallel.megatron import megatron_fit_errors
-
     replicas = dict(workers)
     shapes: dict[str, dict[str, Any] | None] = {}  # actor and ref read the same model once
     for role, count in workers.items():
-        section = OmegaConf.select(cfg, ROLE_SECTIONS[role])
-        if role == "reward_model" or section.strategy != "megatron":
+        section = engine_section(cfg, role)
+        if not isinstance(section, TrainedRoleConfig) or section.strategy != Strategy.megatron:
             continue
         megatron = section.parallel_config.megatron
         model_role = "critic" if role == "critic" else "actor"
@@ -358,15 +341,15 @@ def _check_megatron(cfg: DictConfig, workers: dict[str, int]) -> dict[str, int]:
     return replicas
 
 
-def _check_sharding(cfg: DictConfig, workers: dict[str, int]) -> None:
+def _check_sharding(cfg: Config, workers: dict[str, int]) -> None:
     sections = ROLE_SECTIONS
     for role, count in workers.items():
-        fsdp = OmegaConf.select(cfg, f"{sections[role]}.fsdp")
-        group = fsdp.shard_group_size
+        section = engine_section(cfg, role)
+        group = section.fsdp.shard_group_size
         if group is not None and (group < 1 or count % group):
             _fail(
                 f"{sections[role]}.fsdp.shard_group_size ({group}) must divide the {count} workers of role "
                 f"'{role}' (HYBRID_SHARD shards inside groups of that many ranks and replicates across groups)."
             )
-        if role in ("actor_rollout", "critic") and OmegaConf.select(cfg, f"{sections[role]}.gradient_scale") <= 0:
+        if isinstance(section, TrainedRoleConfig) and section.gradient_scale <= 0:
             _fail(f"{sections[role]}.gradient_scale must be positive (the initial fp16 loss scale).")

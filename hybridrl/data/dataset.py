@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 import random
 from typing import Any
 
 import torch
 
+from hybridrl.config.schema import DataConfig
+from hybridrl.data.parquet import load_parquet_examples
 from hybridrl.data.tasks import Example, make_task
 from hybridrl.protocol import Batch
+from hybridrl.seeds import epoch_shuffle_seed, held_out_seed
+
+logger = logging.getLogger(__name__)
 
 
 class PromptDataset:
@@ -66,7 +72,7 @@ class EpochSampler:
     def _make_order(self) -> list[int]:
         order = list(range(self.size))
         if self.shuffle:
-            random.Random(self.seed * 100_003 + self.epoch).shuffle(order)
+            random.Random(epoch_shuffle_seed(self.seed, self.epoch)).shuffle(order)
         return order
 
     def next_indices(self) -> list[int]:
@@ -85,39 +91,31 @@ class EpochSampler:
         self._order = self._make_order()
 
 
-def build_datasets(cfg: Any, tokenizer: Any) -> tuple[PromptDataset, PromptDataset | None]:
+def build_datasets(data: DataConfig, tokenizer: Any) -> tuple[PromptDataset, PromptDataset | None]:
     """Training and validation prompts: verl-format parquet files, or the built-in task.
 
     The built-in task's validation prompts are generated from a different seed (held out).
     """
-    import logging
-
-    from omegaconf import OmegaConf
-
-    from hybridrl.config.validate import file_list
-
-    data = cfg.data
     if data.train_files is None:
-        task = make_task(data.task, **OmegaConf.to_container(data.task_kwargs))
+        task = make_task(data.task, **data.task_kwargs)
         train = PromptDataset(task.examples(data.train_size, data.seed), tokenizer, data.max_prompt_length)
         val = (
-            PromptDataset(task.examples(data.val_size, data.seed + 7_919), tokenizer, data.max_prompt_length)
+            PromptDataset(task.examples(data.val_size, held_out_seed(data.seed)), tokenizer, data.max_prompt_length)
             if data.val_size > 0
             else None
         )
         return train, val
-    from hybridrl.data.parquet import load_parquet_examples
 
-    def load(files: Any, what: str) -> PromptDataset:
+    def load(files: list[str], what: str) -> PromptDataset:
         examples, stats = load_parquet_examples(
-            file_list(files),
+            files,
             tokenizer,
             prompt_key=data.prompt_key,
             max_prompt_length=data.max_prompt_length,
             filter_overlong_prompts=data.filter_overlong_prompts,
-            truncation=data.truncation,
+            truncation=str(data.truncation),
         )
-        logging.getLogger(__name__).info(
+        logger.info(
             "%s data: %d rows, %d overlong filtered, %d truncated",
             what,
             stats["rows"],
@@ -126,6 +124,6 @@ def build_datasets(cfg: Any, tokenizer: Any) -> tuple[PromptDataset, PromptDatas
         )
         return PromptDataset(examples, tokenizer, data.max_prompt_length)
 
-    train = load(data.train_files, "Training")
-    val = load(data.val_files, "Validation") if data.val_files is not None else None
+    train = load(data.train_file_list(), "Training")
+    val = load(data.val_file_list(), "Validation") if data.val_files is not None else None
     return train, val

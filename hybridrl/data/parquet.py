@@ -24,6 +24,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
+
 from hybridrl.data.tasks import Example
 
 logger = logging.getLogger(__name__)
@@ -36,8 +38,6 @@ def _fail(path: str, row: int, column: str, problem: str) -> ValueError:
 
 
 def _read_rows(path: str, prompt_key: str) -> list[dict[str, Any]]:
-    import pyarrow.parquet as pq
-
     if not Path(path).is_file():
         raise FileNotFoundError(f"Parquet file {path!r} does not exist.")
     try:

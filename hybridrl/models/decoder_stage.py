@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.distributed.tensor import DTensor, Replicate, Shard
+from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
 
 BACKBONE_PARTS = ("embed_tokens", "layers", "norm", "rotary_emb")
 
@@ -103,8 +105,6 @@ class DecoderStage(nn.Module):
         self.sequence_parallel = sequence_parallel and tp_mesh is not None
 
     def forward(self, x: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
-        from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
-
         backbone = self.parts.backbone
         config = self.parts.config
         hidden = backbone.embed_tokens(x) if self.is_first else x
@@ -142,8 +142,6 @@ class DecoderStage(nn.Module):
         return out.squeeze(-1) if self.parts.head_name == "value_head" else out
 
     def _to_sequence_shards(self, hidden: torch.Tensor) -> torch.Tensor:
-        from torch.distributed.tensor import DTensor, Replicate, Shard
-
         if hasattr(hidden, "placements"):  # a vocabulary-parallel embedding already reduce-scattered it
             return hidden
         if self.is_first:  # the embedding output is whole on every rank: keep this rank's slice

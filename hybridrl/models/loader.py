@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
 from torch import nn
+from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
 
 def _check_dir(path: str, what: str) -> None:
@@ -17,10 +19,6 @@ def _check_dir(path: str, what: str) -> None:
 
 
 def load_tokenizer(path: str, trust_remote_code: bool = False):
-    import json
-
-    from transformers import AutoTokenizer, PreTrainedTokenizerFast
-
     _check_dir(path, "Tokenizer")
     config_file = Path(path) / "tokenizer_config.json"
     saved_class = json.loads(config_file.read_text()).get("tokenizer_class") if config_file.exists() else None
@@ -37,8 +35,6 @@ def load_tokenizer(path: str, trust_remote_code: bool = False):
 
 
 def load_causal_lm(path: str, trust_remote_code: bool = False, dtype: torch.dtype = torch.float32) -> nn.Module:
-    from transformers import AutoModelForCausalLM
-
     _check_dir(path, "Model")
     model = AutoModelForCausalLM.from_pretrained(
         path,
@@ -78,8 +74,6 @@ class ValueModel(nn.Module):
 
 
 def load_value_model(path: str, trust_remote_code: bool = False, init_std: float = 0.0, seed: int = 0) -> ValueModel:
-    from transformers import AutoModel
-
     _check_dir(path, "Critic model")
     backbone = AutoModel.from_pretrained(
         path,

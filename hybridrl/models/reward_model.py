@@ -12,6 +12,10 @@ from pathlib import Path
 
 import torch
 from torch import nn
+from transformers import AutoModelForSequenceClassification, Qwen2ForSequenceClassification
+
+from hybridrl.models.loader import load_tokenizer
+from hybridrl.models.tiny import build_model_config, build_tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -27,8 +31,6 @@ def _check_dir(path: str | Path | None, what: str) -> str:
 
 def load_reward_tokenizer(path: str, trust_remote_code: bool = False):
     """The reward model's tokenizer, right-padded (HF picks the score at the last non-pad token)."""
-    from hybridrl.models.loader import load_tokenizer
-
     path = _check_dir(path, "Reward model tokenizer")
     tokenizer = load_tokenizer(str(path), trust_remote_code)
     tokenizer.padding_side = "right"
@@ -55,8 +57,6 @@ def load_reward_model(
     classification head on a plain LM checkpoint) are initialised under ``seed``, identically on
     every rank, and a warning is logged: such a "reward model" is untrained.
     """
-    from transformers import AutoModelForSequenceClassification
-
     path = _check_dir(path, "Reward model")
     tokenizer = load_reward_tokenizer(tokenizer_path or path, trust_remote_code)
     with torch.random.fork_rng(devices=[]):
@@ -96,10 +96,6 @@ def build_tiny_reward_model(
     intermediate_size: int = 64,
 ) -> str:
     """Save a tiny random ``Qwen2ForSequenceClassification`` (num_labels=1) + the tiny tokenizer."""
-    from transformers import Qwen2ForSequenceClassification
-
-    from hybridrl.models.tiny import build_model_config, build_tokenizer
-
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     tokenizer = build_tokenizer()

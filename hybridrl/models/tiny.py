@@ -10,6 +10,10 @@ import json
 import logging
 from pathlib import Path
 
+import torch
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, Qwen2Config
+
 logger = logging.getLogger(__name__)
 
 SPECIAL_TOKENS = ["<pad>", "<eos>", "<unk>"]
@@ -19,9 +23,6 @@ _MARKER = "hybridrl_tiny.json"
 
 def build_tokenizer():
     """A character-level tokenizer built with the ``tokenizers`` library."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
     vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + CHARACTERS)}
     core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     core.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
@@ -43,8 +44,6 @@ def build_model_config(
     num_key_value_heads: int,
     intermediate_size: int,
 ):
-    from transformers import Qwen2Config
-
     return Qwen2Config(
         vocab_size=len(tokenizer),
         hidden_size=hidden_size,
@@ -71,9 +70,6 @@ def ensure_tiny_model(
     seed: int,
 ) -> str:
     """Write the tiny model + tokenizer to ``directory`` unless the same spec is already there."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
     directory = Path(directory)
     spec = dict(
         hidden_size=hidden_size,

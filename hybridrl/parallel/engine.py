@@ -1,7 +1,7 @@
 """A training engine: one model under a parallel strategy, its optimizer, precision and stepping.
 
-Roles (actor, critic, reference) hold an engine and never touch the strategy directly, so a new
-strategy is a new engine factory here, not a copy of each worker.
+Roles (actor, critic, reference, reward model) hold an engine and never touch the strategy directly, so a
+new strategy is a new engine class plus a branch in ``hybridrl.parallel.factory``, not a copy of each worker.
 """
 
 from __future__ import annotations
@@ -16,9 +16,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.device_mesh import DeviceMesh
 
-from hybridrl.parallel.fsdp import apply_fsdp, fsdp_mesh, full_state_dict
+from hybridrl.config.schema import OptimConfig, Precision
 from hybridrl.parallel.precision import DynamicLossScaler
 
 if TYPE_CHECKING:
@@ -32,8 +31,8 @@ class TrainEngine:
         self,
         model: nn.Module,
         device: torch.device,
-        precision: str = "fp32",
-        optim_cfg: Any | None = None,
+        precision: Precision = Precision.fp32,
+        optim_cfg: OptimConfig | None = None,
         state_dict_fn: Callable[[nn.Module], dict] | None = None,
         loss_scaler: DynamicLossScaler | None = None,
     ) -> None:
@@ -159,57 +158,3 @@ def state_digest(state: dict[str, torch.Tensor]) -> str:
         digest.update(name.encode())
         digest.update(tensor.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
     return digest.hexdigest()
-
-
-def make_engine(
-    strategy: str,
-    model: nn.Module,
-    *,
-    mesh: DeviceMesh,
-    device: torch.device,
-    strategy_cfg: Any,
-    precision: str,
-    optim_cfg: Any | None,
-    gradient_scale: float | None = None,
-    ranks_per_node: int | None = None,
-    megatron_cfg: Any | None = None,
-) -> TrainEngine:
-    """Wrap ``model`` with the role's strategy. ``mesh`` is the group's 1-D mesh; strategies that need
-    another layout (NO_SHARD, HYBRID_SHARD: 2-D; megatron: pp x dp x tp) build it from the same ranks.
-    ``strategy_cfg`` is the role's ``fsdp`` section, ``megatron_cfg`` its ``parallel_config.megatron``."""
-    scaler = DynamicLossScaler(gradient_scale or 512.0) if precision == "fp16" and optim_cfg is not None else None
-    if strategy == "megatron":
-        from hybridrl.parallel.megatron import MegatronLayout
-        from hybridrl.parallel.megatron_engine import MegatronEngine
-
-        if megatron_cfg is None:
-            raise ValueError("strategy=megatron needs the role's parallel_config.megatron section.")
-        layout = MegatronLayout(mesh.size(), megatron_cfg.tp_size, megatron_cfg.pp_size, mesh.get_rank())
-        return MegatronEngine(
-            model,
-            layout,
-            device,
-            sequence_parallel=megatron_cfg.sequence_parallel,
-            schedule=megatron_cfg.pp_schedule,
-            num_microbatches=megatron_cfg.pp_microbatches,
-            precision=precision,
-            optim_cfg=optim_cfg,
-            loss_scaler=scaler,
-        )
-    if strategy != "fsdp":
-        raise ValueError(f"Unknown strategy '{strategy}'; valid strategies: fsdp, megatron.")
-    sharding = strategy_cfg.sharding_strategy
-    if sharding in ("NO_SHARD", "HYBRID_SHARD"):
-        group = strategy_cfg.get("shard_group_size") or ranks_per_node or mesh.size()
-        mesh = fsdp_mesh(device.type, mesh.size(), sharding, group)
-    model = model.to(device)
-    model = apply_fsdp(
-        model,
-        mesh,
-        sharding,
-        strategy_cfg.mixed_precision,
-        strategy_cfg.cpu_offload,
-        strategy_cfg.get("limit_all_gathers", True),
-        param_dtype=torch.float16 if precision == "fp16" else torch.bfloat16,
-    )
-    return TrainEngine(model, device, precision, optim_cfg, state_dict_fn=full_state_dict, loss_scaler=scaler)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
 
@@ -40,8 +40,6 @@ SHARDING_STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD"
 
 def fsdp_mesh(device_type: str, world_size: int, sharding_strategy: str, shard_group_size: int) -> DeviceMesh:
     """The device mesh a sharding strategy needs (every rank must call this in the same order)."""
-    from torch.distributed.device_mesh import init_device_mesh
-
     if sharding_strategy == "NO_SHARD":
         shape = (world_size, 1)
     elif sharding_strategy == "HYBRID_SHARD":

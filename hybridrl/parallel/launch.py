@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import os
 import sys
@@ -14,6 +15,9 @@ from hybridrl.parallel.dist import destroy_process_group, free_port, init_proces
 
 
 def _entry(rank: int, fn: Callable[..., Any], world_size: int, port: int, args: tuple) -> None:
+    # A crash in native code (gloo, the store, a kernel) prints every thread's Python stack to stderr
+    # before the process dies, so a rank's SIGSEGV/SIGABRT names where it happened.
+    faulthandler.enable(all_threads=True)
     import torch
     import torch.distributed as dist
 

@@ -21,7 +21,8 @@ from torch.distributed.tensor import Replicate
 
 from hybridrl.models.decoder_stage import DecoderStage, decoder_parts, keep_stage, stage_layer_ranges
 from hybridrl.parallel.engine import TrainEngine
-from hybridrl.parallel.megatron import MegatronLayout, apply_tensor_parallel, megatron_mesh
+from hybridrl.parallel.layout import MegatronLayout
+from hybridrl.parallel.megatron import apply_tensor_parallel, megatron_mesh
 from hybridrl.parallel.precision import DynamicLossScaler
 from hybridrl.protocol import Batch
 

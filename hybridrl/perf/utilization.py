@@ -16,6 +16,11 @@ from typing import Any
 import psutil
 import torch
 
+try:
+    import resource
+except ImportError:  # Windows has no resource module
+    resource = None
+
 logger = logging.getLogger(__name__)
 
 _GIB = float(2**30)  # "gb" keys are GiB, as nvidia-smi and verl's memory logs report
@@ -31,9 +36,7 @@ def available_cpus() -> int:
 
 def peak_rss_bytes() -> float | None:
     """Lifetime peak RSS of this process (``ru_maxrss``: kB on Linux, bytes on macOS)."""
-    try:
-        import resource
-    except ImportError:  # Windows
+    if resource is None:  # Windows
         return None
     maxrss = float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
     return maxrss if sys.platform == "darwin" else maxrss * 1024.0
@@ -48,7 +51,7 @@ def _nvml_module() -> Any:
     global _nvml, _nvml_failed
     if _nvml is None and not _nvml_failed:
         try:
-            import pynvml
+            import pynvml  # noqa: PLC0415 - optional (hybridrl[gpu]), absent on CPU/ROCm machines
 
             pynvml.nvmlInit()
             _nvml = pynvml

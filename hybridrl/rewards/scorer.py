@@ -6,6 +6,8 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from hybridrl.config.schema import Config
+from hybridrl.rewards.custom import load_reward_fn
 from hybridrl.rewards.registry import RewardError, RewardFn, get_reward_fn, score_one
 
 logger = logging.getLogger(__name__)
@@ -24,13 +26,11 @@ class RewardScorer:
         self._warned = 0
 
     @classmethod
-    def from_config(cls, cfg: Any) -> RewardScorer:
+    def from_config(cls, cfg: Config) -> RewardScorer:
         custom = None
         if cfg.custom_reward_function.path:
-            from hybridrl.rewards.custom import load_reward_fn
-
             custom = load_reward_fn(cfg.custom_reward_function.path, cfg.custom_reward_function.name)
-        return cls(custom, cfg.reward.on_error, cfg.reward.failure_score)
+        return cls(custom, str(cfg.reward.on_error), cfg.reward.failure_score)
 
     def score(
         self,

@@ -9,14 +9,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from torch.utils.tensorboard import SummaryWriter
+
 from hybridrl.tracking.breakdown import as_number
 
 
 class TensorBoardTracker:
     def __init__(self, log_dir: Path | str) -> None:
-        # Imported here so that runs without this backend do not pay for the import.
-        from torch.utils.tensorboard import SummaryWriter
-
         self.log_dir = Path(log_dir)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self._writer = SummaryWriter(log_dir=str(self.log_dir))

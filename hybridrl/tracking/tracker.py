@@ -8,6 +8,12 @@ import math
 from pathlib import Path
 from typing import Any
 
+from tqdm import tqdm
+
+from hybridrl.config.loader import to_dict
+from hybridrl.config.schema import Config
+from hybridrl.tracking.optional import MlflowTracker, WandbTracker
+
 logger = logging.getLogger("hybridrl.train")
 
 # Phases shown on the console line, in step order: (metric, short label).
@@ -49,8 +55,6 @@ class ConsoleTracker:
     def __init__(self, total_steps: int, progress_bar: bool) -> None:
         self.bar = None
         if progress_bar:
-            from tqdm import tqdm
-
             self.bar = tqdm(total=total_steps, desc="PPO", unit="step", dynamic_ncols=True, leave=True)
 
     def log(self, metrics: dict[str, Any], step: int) -> None:
@@ -80,7 +84,7 @@ class ConsoleTracker:
 class Tracker:
     """Every selected backend; wandb and mlflow are imported only when selected."""
 
-    def __init__(self, backends: list[str], output_dir: Path, cfg: Any, resume_step: int | None = None) -> None:
+    def __init__(self, backends: list[str], output_dir: Path, cfg: Config, resume_step: int | None = None) -> None:
         self.backends: list[Any] = []
         trainer = cfg.trainer
         if "console" in backends:
@@ -88,15 +92,11 @@ class Tracker:
         if "jsonl" in backends:
             self.backends.append(JsonlTracker(output_dir / "metrics.jsonl", resume_step))
         if "tensorboard" in backends:
-            from hybridrl.tracking.tensorboard import TensorBoardTracker
+            from hybridrl.tracking.tensorboard import TensorBoardTracker  # noqa: PLC0415 - torch + tensorboard, only when selected
 
             self.backends.append(TensorBoardTracker(output_dir / "tensorboard"))
         if "wandb" in backends or "mlflow" in backends:
-            from omegaconf import OmegaConf
-
-            from hybridrl.tracking.optional import MlflowTracker, WandbTracker
-
-            config = OmegaConf.to_container(cfg, resolve=True)
+            config = to_dict(cfg)
             if "wandb" in backends:
                 self.backends.append(
                     WandbTracker(trainer.project_name, trainer.experiment_name, config, str(output_dir))

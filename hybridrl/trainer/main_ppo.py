@@ -6,211 +6,17 @@ on a local Ray cluster, on CPU, in a few minutes.
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
-import time
 from collections.abc import Sequence
-from pathlib import Path
-from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
-
+from hybridrl.checkpoint.manager import CheckpointError
+from hybridrl.cluster.errors import PoolPlacementError, WorkerCallError, WorkerCallTimeout
 from hybridrl.config.loader import ConfigError, load_config
-from hybridrl.logging_utils import quiet_libraries, setup_logging
+from hybridrl.logging_utils import setup_logging
+from hybridrl.rewards.registry import RewardError
 
 logger = logging.getLogger("hybridrl")
-
-
-def prepare_model(cfg: DictConfig, output_dir: Path) -> tuple[str, str]:
-    """The model and tokenizer directories the workers load (the tiny model is built here)."""
-    model_cfg = cfg.actor_rollout_ref.model
-    if model_cfg.path is None:
-        from hybridrl.models.tiny import ensure_tiny_model
-
-        path = ensure_tiny_model(output_dir / "tiny_model", **OmegaConf.to_container(model_cfg.tiny))
-    else:
-        path = str(Path(model_cfg.path).expanduser().resolve())
-    tokenizer_path = str(Path(model_cfg.tokenizer_path).expanduser().resolve()) if model_cfg.tokenizer_path else path
-    return path, tokenizer_path
-
-
-def describe_strategy(cfg: DictConfig, role: str, workers: int) -> str:
-    """One line for the log: the role's strategy and layout."""
-    from hybridrl.config.roles import ROLE_SECTIONS
-
-    section = OmegaConf.select(cfg, ROLE_SECTIONS[role])
-    if section.get("strategy") == "megatron":
-        m = section.parallel_config.megatron
-        layout = f"megatron tp={m.tp_size} pp={m.pp_size} dp={workers // (m.tp_size * m.pp_size)}"
-        return (
-            layout
-            + (" sequence-parallel" if m.sequence_parallel and m.tp_size > 1 else "")
-            + (f" {m.pp_schedule}" if m.pp_size > 1 else "")
-        )
-    return f"fsdp {section.fsdp.sharding_strategy}"  # the reward model is always FSDP
-
-
-def build_groups(
-    cfg: DictConfig, manager: Any, model_path: str, tokenizer_path: str, monitor: Any = None
-) -> dict[str, Any]:
-    """One WorkerGroup per used pool, hosting every role mapped to it (colocated roles)."""
-    from hybridrl.cluster.worker_group import WorkerGroup
-    from hybridrl.trainer.ppo_trainer import RoleHandle
-
-    logger.info(
-        "Reserving %s for pools %s", manager.total(), {p.name: manager.roles_of(p.name) for p in manager.used_pools()}
-    )
-    handles: dict[str, RoleHandle] = {}
-    groups: list[WorkerGroup] = []
-    try:
-        for pool in manager.used_pools():
-            group = WorkerGroup(
-                pool,
-                manager.roles_of(pool.name),
-                cfg,
-                model_path,
-                tokenizer_path,
-                cfg.trainer.ray.start_timeout_s,
-                cfg.trainer.ray.call_timeout_s,
-                monitor,
-            )
-            groups.append(group)
-            for role in group.roles:
-                handles[role] = RoleHandle(group, role)
-                logger.info(
-                    "Role %s: %s on %d workers", role, describe_strategy(cfg, role, group.world_size), group.world_size
-                )
-    except BaseException:
-        for group in groups:
-            group.shutdown()
-        raise
-    return {"handles": handles, "groups": groups}
-
-
-def record_placement(groups: list[Any], output_dir: Path) -> None:
-    """Where each rank of each group landed: ``placement.json`` and one log line per group."""
-    placement = {group.name: {"pool": group.pool.name, "ranks": group.node_info} for group in groups}
-    (output_dir / "placement.json").write_text(json.dumps(placement, indent=1))
-    for group in groups:
-        nodes = sorted({info["node_id"][:8] if info.get("node_id") else info["ip"] for info in group.node_info})
-        logger.info(
-            "Group %s on pool '%s': %d ranks on node(s) %s",
-            group.name,
-            group.pool.name,
-            group.world_size,
-            ", ".join(nodes),
-        )
-
-
-def resume(cfg: DictConfig, checkpoints: Any, groups: list[Any]) -> dict[str, Any] | None:
-    """Load the checkpoint ``trainer.resume_mode`` points at into every group; its driver state, or None."""
-    from hybridrl.checkpoint.manager import read_state, resolve_resume
-
-    checkpoints.remove_stale_temporaries()
-    resume_from = resolve_resume(cfg.trainer.resume_mode, cfg.trainer.resume_from_path, checkpoints)
-    if resume_from is None:
-        return None
-    state = read_state(resume_from)
-    logger.info("Resuming from %s (step %d of %d)", resume_from, state["step"], cfg.trainer.total_steps)
-    if state["step"] >= cfg.trainer.total_steps:
-        logger.info(
-            "This run already reached trainer.total_steps=%d: nothing to train. Raise "
-            "trainer.total_steps to continue, or trainer.resume_mode=disable to start over.",
-            cfg.trainer.total_steps,
-        )
-    for group in groups:
-        group.load_checkpoint(str(resume_from))
-    return state
-
-
-def learning_summary(history: list[dict[str, float]], window: int) -> dict[str, float]:
-    scores = [m["critic/score/mean"] for m in history if m.get("critic/score/mean") is not None]
-    if not scores:
-        return {"first_mean": float("nan"), "last_mean": float("nan"), "gain": float("nan"), "window": 0}
-    window = max(1, min(window, len(scores) // 2 or 1))
-    first = sum(scores[:window]) / window
-    last = sum(scores[-window:]) / window
-    return {"first_mean": first, "last_mean": last, "gain": last - first, "window": window}
-
-
-def run(cfg: DictConfig) -> dict[str, Any]:
-    """Run one training job end to end; returns the run directory and the learning summary."""
-    from hybridrl.checkpoint.manager import CheckpointManager
-    from hybridrl.cluster import ray_cluster
-    from hybridrl.cluster.resource_pool import ResourcePoolManager
-    from hybridrl.config.roles import active_roles
-    from hybridrl.data.dataset import build_datasets
-    from hybridrl.models.loader import load_tokenizer
-    from hybridrl.tracking import Tracker
-    from hybridrl.tracking.breakdown import format_breakdown
-    from hybridrl.tracking.tracker import read_rows
-    from hybridrl.trainer.monitor import RunMonitor
-    from hybridrl.trainer.perf_metrics import StepPerf
-    from hybridrl.trainer.ppo_trainer import PPOTrainer
-
-    quiet_libraries()
-    started = time.perf_counter()
-    output_dir = Path(cfg.trainer.output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    (output_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
-    model_path, tokenizer_path = prepare_model(cfg, output_dir)
-    tokenizer = load_tokenizer(tokenizer_path, cfg.actor_rollout_ref.model.trust_remote_code)
-    dataset, val_dataset = build_datasets(cfg, tokenizer)
-
-    pools = ResourcePoolManager.from_config(cfg, roles=active_roles(cfg))
-    cluster = ray_cluster.connect(cfg.trainer.ray, cpus_needed=pools.total().get("CPU", 1))
-    groups: list[Any] = []
-    tracker = None
-    monitor = RunMonitor(
-        output_dir / "trace.json" if cfg.trainer.trace else None,
-        cfg.trainer.straggler_factor,
-        cfg.trainer.straggler_min_seconds,
-    )
-    try:
-        built = build_groups(cfg, pools.for_cluster(cluster.gpus), model_path, tokenizer_path, monitor)
-        groups = built["groups"]
-        record_placement(groups, output_dir)
-        perf = StepPerf.create(cfg, model_path, groups)
-        checkpoints = CheckpointManager(output_dir / "checkpoints", cfg.trainer.max_ckpt_to_keep)
-        state = resume(cfg, checkpoints, groups)
-        start_step = int(state["step"]) if state else 0
-        past = read_rows(output_dir / "metrics.jsonl", start_step) if state else []
-        tracker = Tracker(list(cfg.trainer.logger), output_dir, cfg, resume_step=start_step if state else None)
-        trainer = PPOTrainer(
-            cfg,
-            built["handles"],
-            dataset,
-            tracker,
-            monitor,
-            perf,
-            checkpoints if cfg.trainer.save_freq > 0 else None,
-            val_dataset=val_dataset,
-            output_dir=output_dir,
-        )
-        if state:
-            trainer.load_state_dict(state)
-            trainer.history = past
-        history = trainer.fit(start_step)
-        (output_dir / "breakdown.txt").write_text(format_breakdown(history, skip_first=1) + "\n")
-        tracker.close()
-        tracker = None
-        hf_dir = None
-        if cfg.trainer.save_hf:
-            hf_dir = str(output_dir / "actor_hf")
-            built["handles"]["actor_rollout"].all("save_hf", hf_dir)
-            logger.info("Saved the trained actor (Hugging Face format) to %s", hf_dir)
-    finally:
-        if tracker is not None:
-            tracker.close()
-        for group in groups:
-            group.shutdown()
-        monitor.close()
-        ray_cluster.disconnect()
-    summary = learning_summary(history, cfg.trainer.learning_check_window)
-    summary["wall_s"] = time.perf_counter() - started
-    (output_dir / "summary.json").write_text(json.dumps(summary, indent=2))
-    return {"output_dir": str(output_dir), "actor_hf": hf_dir, "summary": summary, "history": history}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -227,9 +33,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         logger.error("Config error: %s", exc)
         return 2
-    from hybridrl.checkpoint.manager import CheckpointError
-    from hybridrl.cluster.errors import PoolPlacementError, WorkerCallError, WorkerCallTimeout
-    from hybridrl.rewards.registry import RewardError
+    # Ray and the worker code load only once the config is valid: a config error is answered at once.
+    from hybridrl.trainer.job import run  # noqa: PLC0415 - Ray and the workers, only for a valid config
 
     try:
         result = run(cfg)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import torch
+from transformers import AutoConfig
 
+from hybridrl.cluster.worker_group import WorkerGroup
 from hybridrl.config.roles import critic_enabled, ref_enabled
+from hybridrl.config.schema import Config, Precision
 from hybridrl.perf.device_peak import mfu, peak_flops
 from hybridrl.perf.flops import FlopsModel
 from hybridrl.protocol import Batch
@@ -23,7 +25,7 @@ class StepPerf:
     (forward + backward = 3 forwards) per PPO epoch for the actor and the critic.
     """
 
-    def __init__(self, cfg: Any, flops: FlopsModel, peak_per_worker: list[float], peak_source: str) -> None:
+    def __init__(self, cfg: Config, flops: FlopsModel, peak_per_worker: list[float], peak_source: str) -> None:
         self.flops = flops
         self.peak_total = sum(peak_per_worker)
         self.num_workers = len(peak_per_worker)
@@ -35,13 +37,11 @@ class StepPerf:
             logger.info("MFU counts one generation per step; extra generation rounds are not counted.")
 
     @classmethod
-    def create(cls, cfg: Any, model_path: str, groups: list[Any]) -> StepPerf:
-        from transformers import AutoConfig
-
+    def create(cls, cfg: Config, model_path: str, groups: list[WorkerGroup]) -> StepPerf:
         model_config = AutoConfig.from_pretrained(
             model_path, trust_remote_code=cfg.actor_rollout_ref.model.trust_remote_code
         )
-        dtype = torch.bfloat16 if cfg.actor_rollout_ref.actor.precision == "bf16" else torch.float32
+        dtype = torch.bfloat16 if cfg.actor_rollout_ref.actor.precision == Precision.bf16 else torch.float32
         peaks, sources = [], set()
         for group in groups:
             for info in group.node_info:

@@ -7,7 +7,8 @@ evaluate (old/ref log-probs, values), advantages (KL in reward + estimator, on t
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+import random
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -16,15 +17,20 @@ import torch
 from hybridrl.algorithms.advantages import get_adv_estimator
 from hybridrl.algorithms.filtering import groups_with_signal
 from hybridrl.algorithms.kl_control import apply_kl_penalty, make_kl_controller
+from hybridrl.checkpoint.manager import CheckpointManager
+from hybridrl.checkpoint.shards import rng_state
 from hybridrl.cluster.ray_cluster import object_store_stats
-from hybridrl.cluster.worker_group import WorkerGroup
-from hybridrl.config.roles import critic_enabled, ref_enabled
+from hybridrl.cluster.role_clients import RoleClients
+from hybridrl.config.schema import Config, SamplingConfig
 from hybridrl.data.dataset import EpochSampler, PromptDataset
 from hybridrl.protocol import Batch
 from hybridrl.rewards.scorer import RewardScorer
+from hybridrl.seeds import rollout_seed, step_seed
 from hybridrl.tracking.breakdown import format_breakdown
+from hybridrl.tracking.tracker import Tracker
 from hybridrl.trainer.metrics import data_metrics, throughput_metrics
 from hybridrl.trainer.monitor import RunMonitor
+from hybridrl.trainer.perf_metrics import StepPerf
 from hybridrl.trainer.rewarding import RewardStep
 from hybridrl.trainer.validation import run_validation
 
@@ -32,23 +38,6 @@ logger = logging.getLogger(__name__)
 
 GEN_KEYS = ["input_ids", "attention_mask", "position_ids"]
 FORWARD_KEYS = ["input_ids", "attention_mask", "position_ids", "responses", "response_mask"]
-
-
-@dataclass
-class RoleHandle:
-    """One role on its worker group: what the driver calls."""
-
-    group: WorkerGroup
-    role: str
-
-    def dp(self, method: str, batch: Batch) -> tuple[Batch, list[Any]]:
-        return self.group.call_dp(self.role, method, batch)
-
-    def split(self, method: str, batch: Batch) -> list[Any]:
-        return [r.value for r in self.group.call_split(self.role, method, batch)]
-
-    def all(self, method: str, *args: Any) -> list[Any]:
-        return self.group.call_all(self.role, method, *args)
 
 
 def _mean_over_ranks(rows: list[dict[str, float]]) -> dict[str, float]:
@@ -67,23 +56,23 @@ def _place_at_last_token(scores: torch.Tensor, response_mask: torch.Tensor) -> t
 class PPOTrainer:
     def __init__(
         self,
-        cfg: Any,
-        roles: dict[str, RoleHandle],
+        cfg: Config,
+        roles: RoleClients,
         dataset: PromptDataset,
-        tracker: Any,
+        tracker: Tracker,
         monitor: RunMonitor | None = None,
-        perf: Any | None = None,
-        checkpoints: Any | None = None,
+        perf: StepPerf | None = None,
+        checkpoints: CheckpointManager | None = None,
         reward: RewardStep | None = None,
         val_dataset: PromptDataset | None = None,
-        output_dir: Any | None = None,
+        output_dir: Path | None = None,
     ) -> None:
         self.cfg = cfg
         self.val_dataset = val_dataset
         self.output_dir = output_dir
         self._update_started = False
         self._last_saved = 0
-        self.reward = reward or RewardStep(cfg, RewardScorer.from_config(cfg), roles.get("reward_model"))
+        self.reward = reward or RewardStep(cfg.reward_model, RewardScorer.from_config(cfg), roles.reward_model)
         self.checkpoints = checkpoints  # a CheckpointManager, or None for no checkpoints
         self.monitor = monitor or RunMonitor()
         self.perf = perf
@@ -93,39 +82,38 @@ class PPOTrainer:
         self.sampler = EpochSampler(len(dataset), cfg.data.train_batch_size, cfg.data.shuffle, cfg.data.seed)
         algo = cfg.algorithm
         self.estimator = get_adv_estimator(algo.adv_estimator)
-        self.use_critic = critic_enabled(cfg)
-        self.use_ref = ref_enabled(cfg)
         self.kl_ctrl = make_kl_controller(
             algo.kl_ctrl.type, algo.kl_ctrl.kl_coef, algo.kl_ctrl.target_kl, algo.kl_ctrl.horizon
         )
-        self.num_workers = sum(group.world_size for group in self._groups())
+        self.num_workers = sum(group.world_size for group in roles.groups())
         self.history: list[dict[str, float]] = []
 
     # -- rollout -------------------------------------------------------------------------------
     def _generate_and_score(self, step: int, round_: int, timings: dict, metrics: dict) -> Batch:
         cfg = self.cfg
         n = cfg.actor_rollout_ref.rollout.n
-        seed = (cfg.trainer.seed * 1_000_003 + step) * 101 + round_
+        seed = rollout_seed(cfg.trainer.seed, step, round_)
         with self.monitor.phase("data", timings):
             prompts = self.dataset.collate(self.sampler.next_indices())
         # Group ids unique per step and round: rows sampled from one prompt share it (GRPO groups).
         prompts.non_tensors["uid"] = np.array([f"{step}.{round_}.{i}" for i in range(len(prompts))], dtype=object)
         batch = prompts.repeat(n, interleave=True)
-        actor = self.roles["actor_rollout"]
+        actor = self.roles.actor_rollout
         with self.monitor.phase("gen", timings):
             gen_in = batch.pop(tensor_keys=GEN_KEYS)
             gen_in.meta = {"seed": seed}
-            gen_out, results = actor.dp("generate", gen_in)
-            batch.union(gen_out)
-            metrics.update(RunMonitor.sub_span_timings(results))
+            batch.union(actor.generate(gen_in))
+            metrics.update(RunMonitor.sub_span_timings(actor.last_results))
         with self.monitor.phase("reward", timings):
             scores = self.reward(batch, metrics)
             batch.tensors["token_level_scores"] = _place_at_last_token(scores, batch.tensors["response_mask"])
         if self.estimator.needs_greedy_baseline:
             with self.monitor.phase("gen_max", timings):  # ReMax: the greedy response's reward is the baseline
                 greedy_in = prompts.select(tensor_keys=GEN_KEYS, non_tensor_keys=[], meta_keys=[])
-                greedy_in.meta = {"seed": seed, "sampling": {"do_sample": False}}
-                greedy, _ = actor.dp("generate", greedy_in)
+                rollout = self.cfg.actor_rollout_ref.rollout
+                greedy_sampling = SamplingConfig(False, rollout.temperature, rollout.top_k, rollout.top_p)
+                greedy_in.meta = {"seed": seed, "sampling": greedy_sampling}
+                greedy = actor.generate(greedy_in)
                 greedy.non_tensors.update(prompts.select(tensor_keys=[], meta_keys=[]).non_tensors)
                 batch.tensors["reward_baselines"] = self.reward(greedy).repeat_interleave(n)
         return batch
@@ -166,13 +154,13 @@ class PPOTrainer:
     def _evaluate(self, batch: Batch, timings: dict) -> None:
         forward_in = batch.select(tensor_keys=FORWARD_KEYS, non_tensor_keys=[], meta_keys=[])
         with self.monitor.phase("old_log_prob", timings):
-            batch.union(self.roles["actor_rollout"].dp("compute_log_prob", forward_in)[0])
-        if self.use_ref:
+            batch.union(self.roles.actor_rollout.compute_log_prob(forward_in))
+        if self.roles.ref is not None:
             with self.monitor.phase("ref", timings):
-                batch.union(self.roles["ref"].dp("compute_ref_log_prob", forward_in)[0])
-        if self.use_critic:
+                batch.union(self.roles.ref.compute_ref_log_prob(forward_in))
+        if self.roles.critic is not None:
             with self.monitor.phase("values", timings):
-                batch.union(self.roles["critic"].dp("compute_values", forward_in)[0])
+                batch.union(self.roles.critic.compute_values(forward_in))
 
     def _advantages(self, batch: Batch, metrics: dict) -> None:
         algo = self.cfg.algorithm
@@ -200,23 +188,23 @@ class PPOTrainer:
     # -- update --------------------------------------------------------------------------------
     def _update(self, batch: Batch, timings: dict, metrics: dict) -> None:
         self._update_started = True
-        if self.use_critic:
+        if self.roles.critic is not None:
             with self.monitor.phase("update_critic", timings):
                 critic_in = batch.select(
                     tensor_keys=FORWARD_KEYS + ["values", "returns"], non_tensor_keys=[], meta_keys=["seed"]
                 )
-                metrics.update(_mean_over_ranks(self.roles["critic"].split("update_critic", critic_in)))
+                metrics.update(_mean_over_ranks(self.roles.critic.update_critic(critic_in)))
         with self.monitor.phase("update_actor", timings):
             keys = FORWARD_KEYS + ["old_log_probs", "advantages"]
             if self.cfg.actor_rollout_ref.actor.use_kl_loss:
                 keys.append("ref_log_probs")
             actor_in = batch.select(tensor_keys=keys, non_tensor_keys=[], meta_keys=["seed"])
-            metrics.update(_mean_over_ranks(self.roles["actor_rollout"].split("update_actor", actor_in)))
+            metrics.update(_mean_over_ranks(self.roles.actor_rollout.update_actor(actor_in)))
 
     def validate(self, step: int) -> dict[str, float]:
-        return run_validation(
-            self.cfg, self.roles["actor_rollout"], self.reward, self.val_dataset, step, self.output_dir
-        )
+        if self.val_dataset is None:
+            return {}
+        return run_validation(self.cfg, self.roles.actor_rollout, self.reward, self.val_dataset, step, self.output_dir)
 
     def step(self, step: int, save_checkpoint: bool = False, validate: bool = False) -> dict[str, float]:
         timings: dict[str, float] = {}
@@ -224,7 +212,7 @@ class PPOTrainer:
         self._update_started = False
         with self.monitor.phase("step", timings):
             batch = self._rollout(step, timings, metrics)
-            batch.meta["seed"] = self.cfg.trainer.seed * 1_000_003 + step
+            batch.meta["seed"] = step_seed(self.cfg.trainer.seed, step)
             self._evaluate(batch, timings)
             with self.monitor.phase("adv", timings):
                 self._advantages(batch, metrics)
@@ -251,8 +239,6 @@ class PPOTrainer:
     # -- checkpoints -------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """The driver's part of a checkpoint: data position, KL controller, driver RNG."""
-        from hybridrl.checkpoint.shards import rng_state
-
         return {
             "sampler": self.sampler.state_dict(),
             "kl_ctrl": self.kl_ctrl.state_dict(),
@@ -260,21 +246,17 @@ class PPOTrainer:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        import random
-
         self.sampler.load_state_dict(state["sampler"])
         self.kl_ctrl.load_state_dict(state["kl_ctrl"])
         version, rng, gauss = state["driver_rng"]["python"]
         random.setstate((version, tuple(rng), gauss))
 
-    def _groups(self) -> list[WorkerGroup]:
-        return list({id(h.group): h.group for h in self.roles.values()}.values())
-
     def save_checkpoint(self, step: int, state: dict[str, Any] | None = None) -> None:
         """Every group's shards plus the driver's ``state`` (now, by default) as step ``step``."""
+        assert self.checkpoints is not None, "checkpoints are off (trainer.save_freq=-1)"
         tmp = self.checkpoints.begin(step)
         try:
-            for group in self._groups():
+            for group in self.roles.groups():
                 group.save_checkpoint(str(tmp))
             self.checkpoints.commit(tmp, step, state if state is not None else self.state_dict())
             self._last_saved = step

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
+from hybridrl.cluster.role_clients import RewardModelClient
+from hybridrl.config.schema import RewardModelConfig
 from hybridrl.protocol import Batch
 from hybridrl.rewards.scorer import RewardScorer
 
@@ -13,11 +13,13 @@ from hybridrl.rewards.scorer import RewardScorer
 class RewardStep:
     """score = rule reward (if used) + weight x reward-model score (if enabled), per sequence."""
 
-    def __init__(self, cfg: Any, scorer: RewardScorer, reward_model: Any | None = None) -> None:
+    def __init__(
+        self, cfg: RewardModelConfig, scorer: RewardScorer, reward_model: RewardModelClient | None = None
+    ) -> None:
         self.scorer = scorer
-        self.reward_model = reward_model  # a RoleHandle for "reward_model", or None
-        self.use_rule = reward_model is None or cfg.reward_model.use_rule_reward
-        self.weight = cfg.reward_model.weight
+        self.reward_model = reward_model  # None when reward_model.enable=false
+        self.use_rule = reward_model is None or cfg.use_rule_reward
+        self.weight = cfg.weight
 
     def __call__(self, batch: Batch, metrics: dict[str, float] | None = None) -> torch.Tensor:
         nt = batch.non_tensors
@@ -33,7 +35,7 @@ class RewardStep:
             rm_in = batch.select(
                 tensor_keys=["responses"], non_tensor_keys=["prompt_text", "response_text"], meta_keys=[]
             )
-            rm_scores = self.reward_model.dp("compute_rm_score", rm_in)[0].tensors["rm_scores"].float()
+            rm_scores = self.reward_model.compute_rm_score(rm_in).tensors["rm_scores"].float()
             total += self.weight * rm_scores
             if metrics is not None:
                 metrics["reward_model/score/mean"] = float(rm_scores.mean())

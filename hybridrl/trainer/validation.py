@@ -13,23 +13,27 @@ from typing import Any
 
 import torch
 
+from hybridrl.cluster.role_clients import ActorRolloutClient
+from hybridrl.config.schema import Config, SamplingConfig
 from hybridrl.data.dataset import PromptDataset
 from hybridrl.protocol import Batch
+from hybridrl.seeds import validation_seed
+from hybridrl.trainer.rewarding import RewardStep
 
 GEN_KEYS = ["input_ids", "attention_mask", "position_ids"]
 
 
 def run_validation(
-    cfg: Any, actor: Any, reward: Any, dataset: PromptDataset, step: int, output_dir: Path | None
+    cfg: Config,
+    actor: ActorRolloutClient,
+    reward: RewardStep,
+    dataset: PromptDataset,
+    step: int,
+    output_dir: Path | None,
 ) -> dict[str, float]:
     val_kwargs = cfg.actor_rollout_ref.rollout.val_kwargs
     n = val_kwargs.n
-    sampling = {
-        "do_sample": val_kwargs.do_sample,
-        "temperature": val_kwargs.temperature,
-        "top_k": val_kwargs.top_k,
-        "top_p": val_kwargs.top_p,
-    }
+    sampling = SamplingConfig(val_kwargs.do_sample, val_kwargs.temperature, val_kwargs.top_k, val_kwargs.top_p)
     chunk = max(1, cfg.data.train_batch_size)
     batches = []
     for start in range(0, len(dataset), chunk):
@@ -37,9 +41,8 @@ def run_validation(
         batch = prompts.repeat(n, interleave=True)
         gen_in = batch.pop(tensor_keys=GEN_KEYS)
         # A fixed seed per validation chunk: the same prompts get the same samples at every step's validation.
-        gen_in.meta = {"seed": cfg.trainer.seed * 7_919 + start, "sampling": sampling}
-        out, _ = actor.dp("generate", gen_in)
-        batch.union(out)
+        gen_in.meta = {"seed": validation_seed(cfg.trainer.seed, start), "sampling": sampling}
+        batch.union(actor.generate(gen_in))
         batch.tensors["scores"] = reward(batch)
         batches.append(batch.select(tensor_keys=["scores"], meta_keys=[]))
     merged = Batch.concat(batches)

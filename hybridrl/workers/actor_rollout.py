@@ -2,49 +2,61 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from hybridrl.algorithms.losses import agg_loss, compute_kl_loss, get_policy_loss
+from hybridrl.config.schema import ActorConfig, Config, ModelConfig, Precision, RolloutConfig
 from hybridrl.models.loader import load_causal_lm, load_tokenizer
-from hybridrl.parallel.engine import make_engine, state_digest
+from hybridrl.parallel.engine import state_digest
+from hybridrl.parallel.factory import make_engine
 from hybridrl.protocol import Batch
 from hybridrl.rollout.hf_engine import HFRolloutEngine
+from hybridrl.seeds import rank_sampling_seed
+from hybridrl.workers.context import DataLayout, EngineRole, WorkerContext
 from hybridrl.workers.forward import micro_batches, ppo_update, response_log_probs
 
 logger = logging.getLogger(__name__)
 
 
-class ActorRolloutRole:
-    def __init__(self, cfg: Any, ctx: WorkerContext) -> None:  # noqa: F821
-        self.cfg = cfg
+class ActorRolloutRole(EngineRole):
+    def __init__(
+        self,
+        model: ModelConfig,
+        actor: ActorConfig,
+        rollout: RolloutConfig,
+        ctx: WorkerContext,
+        *,
+        max_response_length: int,
+    ) -> None:
         self.ctx = ctx
-        model_cfg = cfg.actor_rollout_ref.model
-        self.actor_cfg = cfg.actor_rollout_ref.actor
-        self.rollout_cfg = cfg.actor_rollout_ref.rollout
-        self.tokenizer = load_tokenizer(ctx.tokenizer_path, model_cfg.trust_remote_code)
+        self.actor_cfg = actor
+        self.rollout_cfg = rollout
+        self.max_response_length = max_response_length
+        self.tokenizer = load_tokenizer(ctx.tokenizer_path, model.trust_remote_code)
         self.engine = make_engine(
-            self.actor_cfg.strategy,
-            load_causal_lm(ctx.model_path, model_cfg.trust_remote_code),
+            load_causal_lm(ctx.model_path, model.trust_remote_code),
+            actor,
             mesh=ctx.mesh,
             device=ctx.device,
-            strategy_cfg=self.actor_cfg.fsdp,
-            precision=self.actor_cfg.precision,
-            optim_cfg=self.actor_cfg.optim,
-            gradient_scale=self.actor_cfg.gradient_scale,
+            train=True,
             ranks_per_node=ctx.ranks_per_node,
-            megatron_cfg=self.actor_cfg.parallel_config.megatron,
         )
-        rollout_dtype = torch.bfloat16 if self.actor_cfg.precision == "bf16" else torch.float32
-        rollout_model = load_causal_lm(ctx.model_path, model_cfg.trust_remote_code, dtype=rollout_dtype)
+        rollout_dtype = torch.bfloat16 if actor.precision == Precision.bf16 else torch.float32
+        rollout_model = load_causal_lm(ctx.model_path, model.trust_remote_code, dtype=rollout_dtype)
         self.rollout = HFRolloutEngine(
             rollout_model.to(ctx.device),
             self.tokenizer.pad_token_id,
             rollout_model.generation_config.eos_token_id or self.tokenizer.eos_token_id,
         )
+
+    @classmethod
+    def from_config(cls, cfg: Config, ctx: WorkerContext) -> ActorRolloutRole:
+        arr = cfg.actor_rollout_ref
+        return cls(arr.model, arr.actor, arr.rollout, ctx, max_response_length=cfg.data.max_response_length)
 
     # -- rollout -------------------------------------------------------------------------------
     def sync_weights(self) -> None:
@@ -58,27 +70,27 @@ class ActorRolloutRole:
             return self._generate(batch)
 
     def _generate(self, batch: Batch) -> Batch:
-        seed = int(batch.meta.get("seed", 0)) * 1009 + self.ctx.rank
-        # meta["sampling"] overrides the rollout settings (validation's val_kwargs, ReMax's greedy pass).
-        sampling = {key: self.rollout_cfg[key] for key in ("do_sample", "temperature", "top_k", "top_p")}
-        sampling.update(batch.meta.get("sampling", {}))
+        seed = rank_sampling_seed(int(batch.meta.get("seed", 0)), self.ctx.rank)
+        # meta["sampling"] (a SamplingConfig) overrides the rollout settings: validation's val_kwargs,
+        # ReMax's greedy pass.
+        sampling = batch.meta.get("sampling") or self.rollout_cfg.sampling()
         out = self.rollout.generate(
             batch.tensors["input_ids"].to(self.ctx.device),
             batch.tensors["attention_mask"].to(self.ctx.device),
-            max_new_tokens=self.cfg.data.max_response_length,
+            max_new_tokens=self.max_response_length,
             seed=seed,
-            **sampling,
+            **dataclasses.asdict(sampling),
         )
         texts = self.tokenizer.batch_decode(out["responses"], skip_special_tokens=True)
         return Batch.from_dict(tensors={k: v.cpu() for k, v in out.items()}, non_tensors={"response_text": texts})
 
     # -- data layout ---------------------------------------------------------------------------
-    def dp_layout(self, method: str) -> tuple[int, int, bool]:
-        """(replica index, replicas, gathered?) for ``method``: generation runs on every rank's full copy
-        of the weights; training and log-probs follow the training engine's data-parallel layout."""
+    def dp_layout(self, method: str) -> DataLayout:
+        """Generation runs on every rank's full copy of the weights; training and log-probs follow the
+        training engine's data-parallel layout."""
         if method == "generate":
-            return self.ctx.rank, self.ctx.world_size, True
-        return self.engine.dp_rank, self.engine.dp_size, self.engine.collects
+            return DataLayout(self.ctx.rank, self.ctx.world_size, True)
+        return super().dp_layout(method)
 
     # -- evaluation ----------------------------------------------------------------------------
     def compute_log_prob(self, batch: Batch) -> Batch | None:

@@ -2,45 +2,41 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from hybridrl.algorithms.losses import compute_value_loss
 from hybridrl.algorithms.utils import masked_mean
+from hybridrl.config.schema import Config, CriticConfig
 from hybridrl.models.loader import load_value_model
-from hybridrl.parallel.engine import make_engine
+from hybridrl.parallel.factory import make_engine
 from hybridrl.protocol import Batch
+from hybridrl.seeds import critic_update_seed
+from hybridrl.workers.context import EngineRole, WorkerContext
 from hybridrl.workers.forward import micro_batches, ppo_update, response_values
 
 
-class CriticRole:
-    def __init__(self, cfg: Any, ctx: WorkerContext) -> None:  # noqa: F821
-        self.cfg = cfg.critic
-        self.n = cfg.actor_rollout_ref.rollout.n
+class CriticRole(EngineRole):
+    def __init__(self, cfg: CriticConfig, ctx: WorkerContext, *, n: int, trust_remote_code: bool, seed: int) -> None:
+        """``n``: samples per prompt (the mini-batch is counted in prompts); ``seed``: the value head's."""
+        self.cfg = cfg
+        self.n = n
         self.ctx = ctx
-        path = self.cfg.model.path or ctx.model_path
         model = load_value_model(
-            path,
-            cfg.actor_rollout_ref.model.trust_remote_code,
-            self.cfg.model.value_head_init_std,
-            seed=cfg.trainer.seed,
+            cfg.model.path or ctx.model_path, trust_remote_code, cfg.model.value_head_init_std, seed
         )
         self.engine = make_engine(
-            self.cfg.strategy,
-            model,
-            mesh=ctx.mesh,
-            device=ctx.device,
-            strategy_cfg=self.cfg.fsdp,
-            precision=self.cfg.precision,
-            optim_cfg=self.cfg.optim,
-            gradient_scale=self.cfg.gradient_scale,
-            ranks_per_node=ctx.ranks_per_node,
-            megatron_cfg=self.cfg.parallel_config.megatron,
+            model, cfg, mesh=ctx.mesh, device=ctx.device, train=True, ranks_per_node=ctx.ranks_per_node
         )
 
-    def dp_layout(self, method: str) -> tuple[int, int, bool]:
-        return self.engine.dp_rank, self.engine.dp_size, self.engine.collects
+    @classmethod
+    def from_config(cls, cfg: Config, ctx: WorkerContext) -> CriticRole:
+        return cls(
+            cfg.critic,
+            ctx,
+            n=cfg.actor_rollout_ref.rollout.n,
+            trust_remote_code=cfg.actor_rollout_ref.model.trust_remote_code,
+            seed=cfg.trainer.seed,
+        )
 
     def compute_values(self, batch: Batch) -> Batch | None:
         out = self.engine.forward_micro_batches(
@@ -71,7 +67,9 @@ class CriticRole:
             }
 
         mini = cfg.ppo_mini_batch_size * self.n // self.engine.dp_size
-        return ppo_update(self.engine, batch, cfg, mini, int(batch.meta.get("seed", 0)) + 1, micro_loss, "critic")
+        return ppo_update(
+            self.engine, batch, cfg, mini, critic_update_seed(int(batch.meta.get("seed", 0))), micro_loss, "critic"
+        )
 
     def state_digest(self) -> dict[str, str]:
         return {"train": self.engine.state_digest()}

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import torch
 
 from hybridrl.algorithms.losses import entropy_from_logits, log_probs_from_logits
+from hybridrl.config.schema import TrainedRoleConfig
+from hybridrl.parallel.engine import TrainEngine
 from hybridrl.protocol import Batch
 
 
@@ -41,9 +42,9 @@ def micro_batches(batch: Batch, size: int) -> list[Batch]:
 
 
 def ppo_update(
-    engine: Any,
+    engine: TrainEngine,
     batch: Batch,
-    cfg: Any,
+    cfg: TrainedRoleConfig,
     mini_size: int,
     seed: int,
     loss_fn: Callable[[torch.Tensor, Batch], tuple[torch.Tensor, dict[str, float]]],

@@ -2,38 +2,46 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
+from hybridrl.config.schema import ActorConfig, Config
 from hybridrl.models.loader import load_causal_lm
-from hybridrl.parallel.engine import make_engine
+from hybridrl.parallel.factory import make_engine
 from hybridrl.protocol import Batch
+from hybridrl.workers.context import EngineRole, WorkerContext
 from hybridrl.workers.forward import micro_batches, response_log_probs
 
 
-class RefRole:
-    def __init__(self, cfg: Any, ctx: WorkerContext) -> None:  # noqa: F821
+class RefRole(EngineRole):
+    def __init__(
+        self,
+        actor: ActorConfig,
+        ctx: WorkerContext,
+        *,
+        micro_batch_size: int,
+        temperature: float,
+        trust_remote_code: bool,
+    ) -> None:
+        """Laid out as the actor (``actor``'s strategy and sharding), without an optimizer."""
         self.ctx = ctx
-        self.temperature = cfg.actor_rollout_ref.rollout.temperature
-        self.micro = cfg.actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu
-        actor = cfg.actor_rollout_ref.actor
-        model = load_causal_lm(ctx.model_path, cfg.actor_rollout_ref.model.trust_remote_code)
+        self.temperature = temperature
+        self.micro = micro_batch_size
+        model = load_causal_lm(ctx.model_path, trust_remote_code)
         self.engine = make_engine(
-            actor.strategy,
-            model,
-            mesh=ctx.mesh,
-            device=ctx.device,
-            strategy_cfg=actor.fsdp,
-            precision=actor.precision,
-            optim_cfg=None,
-            ranks_per_node=ctx.ranks_per_node,
-            megatron_cfg=actor.parallel_config.megatron,
+            model, actor, mesh=ctx.mesh, device=ctx.device, train=False, ranks_per_node=ctx.ranks_per_node
         )
         self.engine.model.eval()
 
-    def dp_layout(self, method: str) -> tuple[int, int, bool]:
-        return self.engine.dp_rank, self.engine.dp_size, self.engine.collects
+    @classmethod
+    def from_config(cls, cfg: Config, ctx: WorkerContext) -> RefRole:
+        arr = cfg.actor_rollout_ref
+        return cls(
+            arr.actor,
+            ctx,
+            micro_batch_size=arr.ref.log_prob_micro_batch_size_per_gpu,
+            temperature=arr.rollout.temperature,
+            trust_remote_code=arr.model.trust_remote_code,
+        )
 
     def compute_ref_log_prob(self, batch: Batch) -> Batch | None:
         out = self.engine.forward_micro_batches(

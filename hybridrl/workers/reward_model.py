@@ -17,46 +17,35 @@ pad token the loader uses EOS as pad, and a text ending in EOS is then scored at
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 import torch.distributed as dist
 
+from hybridrl.config.schema import Config, RewardModelConfig
 from hybridrl.models.reward_model import load_reward_model
-from hybridrl.parallel.engine import make_engine
+from hybridrl.parallel.factory import make_engine
 from hybridrl.protocol import Batch
+from hybridrl.workers.context import EngineRole, WorkerContext
 from hybridrl.workers.forward import micro_batches
 
 
-class RewardModelRole:
-    def __init__(self, cfg: Any, ctx: WorkerContext) -> None:  # noqa: F821
-        self.cfg = cfg.reward_model
+class RewardModelRole(EngineRole):
+    def __init__(self, cfg: RewardModelConfig, ctx: WorkerContext, *, seed: int) -> None:
+        """``seed``: the classification head's, when the checkpoint has none (equal on every rank)."""
+        self.cfg = cfg
         self.ctx = ctx
-        mcfg = self.cfg.model
-        self.max_length = int(self.cfg.max_length)
-        self.micro = int(self.cfg.micro_batch_size_per_gpu)
-        if self.max_length <= 0 or self.micro <= 0:
-            raise ValueError(
-                f"reward_model.max_length ({self.max_length}) and "
-                f"reward_model.micro_batch_size_per_gpu ({self.micro}) must be positive."
-            )
+        self.max_length = cfg.max_length
+        self.micro = cfg.micro_batch_size_per_gpu
         model, self.tokenizer = load_reward_model(
-            mcfg.path,
-            bool(mcfg.get("trust_remote_code", False)),
-            tokenizer_path=mcfg.get("tokenizer_path", None),
-            seed=int(cfg.trainer.seed),
+            cfg.model.path, cfg.model.trust_remote_code, tokenizer_path=cfg.model.tokenizer_path, seed=seed
         )
         self.engine = make_engine(
-            "fsdp",
-            model,
-            mesh=ctx.mesh,
-            device=ctx.device,
-            strategy_cfg=self.cfg.fsdp,
-            precision=self.cfg.precision,
-            optim_cfg=None,
-            ranks_per_node=getattr(ctx, "ranks_per_node", None),
+            model, cfg, mesh=ctx.mesh, device=ctx.device, train=False, ranks_per_node=ctx.ranks_per_node
         )
         self.engine.model.eval()
+
+    @classmethod
+    def from_config(cls, cfg: Config, ctx: WorkerContext) -> RewardModelRole:
+        return cls(cfg.reward_model, ctx, seed=cfg.trainer.seed)
 
     def tokenize(self, prompts: list[str], responses: list[str]) -> dict[str, torch.Tensor]:
         """``input_ids``/``attention_mask`` of ``prompt + response``: right-padded, left-truncated."""

@@ -9,39 +9,36 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import ray
 import torch
-from omegaconf import DictConfig, OmegaConf
+from torch.distributed.device_mesh import init_device_mesh
 
+from hybridrl.checkpoint.shards import load_engine_shard, load_rng, save_engine_shard, save_rng
+from hybridrl.config.schema import Config, Device
 from hybridrl.logging_utils import quiet_libraries
 from hybridrl.parallel import dist as hdist
+from hybridrl.parallel.engine import TrainEngine
+from hybridrl.perf.utilization import ProcessSampler
+from hybridrl.workers.actor_rollout import ActorRolloutRole
+from hybridrl.workers.context import DataLayout, EngineRole, Role, WorkerContext
+from hybridrl.workers.critic import CriticRole
+from hybridrl.workers.ref import RefRole
+from hybridrl.workers.reward_model import RewardModelRole
 from hybridrl.workers.tracing import CallResult, Span, SpanRecorder, synchronize
 
 logger = logging.getLogger(__name__)
 
-
-@dataclass
-class WorkerContext:
-    rank: int
-    world_size: int
-    device: torch.device
-    mesh: Any
-    model_path: str
-    tokenizer_path: str
-    recorder: SpanRecorder = field(default_factory=SpanRecorder)
-    ranks_per_node: int | None = None  # ranks of this group on this rank's node (HYBRID_SHARD's default group)
-
-
-def _role_classes() -> dict[str, type]:
-    from hybridrl.workers.actor_rollout import ActorRolloutRole
-    from hybridrl.workers.critic import CriticRole
-    from hybridrl.workers.ref import RefRole
-    from hybridrl.workers.reward_model import RewardModelRole
-
-    return {"actor_rollout": ActorRolloutRole, "critic": CriticRole, "ref": RefRole, "reward_model": RewardModelRole}
+# How each role is built from the whole config: the role picks its own sections.
+ROLE_FACTORIES: dict[str, Callable[[Config, WorkerContext], Role]] = {
+    "actor_rollout": ActorRolloutRole.from_config,
+    "critic": CriticRole.from_config,
+    "ref": RefRole.from_config,
+    "reward_model": RewardModelRole.from_config,
+}
 
 
 class Worker:
@@ -50,7 +47,7 @@ class Worker:
         rank: int,
         world_size: int,
         roles: list[str],
-        cfg: dict | DictConfig,
+        cfg: Config,
         model_path: str,
         tokenizer_path: str,
         num_threads: int = 1,
@@ -58,10 +55,10 @@ class Worker:
         self.rank = rank
         self.world_size = world_size
         self.role_names = list(roles)
-        self.cfg = cfg if isinstance(cfg, DictConfig) else OmegaConf.create(cfg)
+        self.cfg = cfg
         self.model_path = model_path
         self.tokenizer_path = tokenizer_path
-        self.roles: dict[str, Any] = {}
+        self.roles: dict[str, Role] = {}
         self.recorder = SpanRecorder()
         self.device: torch.device | None = None
         torch.set_num_threads(max(1, num_threads))
@@ -72,15 +69,11 @@ class Worker:
             "pid": os.getpid(),
             "ip": hdist.node_ip(),
             "rank": self.rank,
-            "device_type": "cuda" if torch.cuda.is_available() and self.cfg.trainer.device != "cpu" else "cpu",
+            "device_type": "cuda" if torch.cuda.is_available() and self.cfg.trainer.device != Device.cpu else "cpu",
             "device_name": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
         }
-        try:
-            import ray
-
-            info["node_id"] = ray.get_runtime_context().get_node_id()
-        except Exception:
-            info["node_id"] = None
+        # Outside Ray (multi-process tests) there is no runtime context.
+        info["node_id"] = ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
         return info
 
     def master_address(self) -> tuple[str, int]:
@@ -89,8 +82,6 @@ class Worker:
     def setup(
         self, master_addr: str, master_port: int, timeout_s: float = 600.0, ranks_per_node: int | None = None
     ) -> None:
-        from torch.distributed.device_mesh import init_device_mesh
-
         device = hdist.pick_device(self.cfg.trainer.device)
         if device.type == "cuda":
             torch.cuda.set_device(device)
@@ -110,9 +101,8 @@ class Worker:
         )
         # Every rank seeds the same way so that initialisation (value heads) is identical everywhere.
         torch.manual_seed(self.cfg.trainer.seed)
-        classes = _role_classes()
         for name in self.role_names:
-            self.roles[name] = classes[name](self.cfg, ctx)
+            self.roles[name] = ROLE_FACTORIES[name](self.cfg, ctx)
 
     def call(self, role: str, method: str, *args: Any, **kwargs: Any) -> CallResult:
         """Run ``role.method`` as one timed span; every rank of the group runs it together."""
@@ -126,19 +116,16 @@ class Worker:
             raise AttributeError(f"Role '{role}' has no method '{method}'; it has: {public}.")
         return self._timed(f"{role}.{method}", target, *args, **kwargs)
 
-    def dp_layout(self, role: str, method: str) -> tuple[int, int, bool]:
-        """(replica, replicas, gathered?) of this rank for ``role.method``; every rank is its own replica
-        unless the role says otherwise (tensor/pipeline-parallel engines)."""
-        layout = getattr(self.roles.get(role), "dp_layout", None)
-        return tuple(layout(method)) if layout is not None else (self.rank, self.world_size, True)
+    def dp_layout(self, role: str, method: str) -> DataLayout:
+        """Which rows this rank gets for ``role.method`` (the role's engine decides: tensor-parallel peers
+        and pipeline stages share a replica's rows)."""
+        return self.roles[role].dp_layout(method)
 
     def execute(self, fn: Any, *args: Any, **kwargs: Any) -> CallResult:
         """Run ``fn(worker, *args)`` here: diagnostics and tests on every rank, timed like a role call."""
         return self._timed(getattr(fn, "__name__", "execute"), fn, self, *args, **kwargs)
 
     def _timed(self, name: str, fn: Any, *args: Any, **kwargs: Any) -> CallResult:
-        from hybridrl.perf.utilization import ProcessSampler
-
         # Start together, so each rank's span measures its own work rather than dispatch skew.
         if torch.distributed.is_initialized():
             torch.distributed.barrier()
@@ -158,25 +145,22 @@ class Worker:
     def load_checkpoint(self, directory: str) -> CallResult:
         return self._timed("load_checkpoint", self._load_checkpoint, Path(directory))
 
-    def _trainable(self) -> dict[str, Any]:
+    def _trainable(self) -> dict[str, TrainEngine]:
         return {
             name: role.engine
             for name, role in self.roles.items()
-            if getattr(getattr(role, "engine", None), "optimizer", None) is not None
+            if isinstance(role, EngineRole) and role.engine.optimizer is not None
         }
 
     def _save_checkpoint(self, directory: Path) -> None:
-        from hybridrl.checkpoint.shards import save_engine_shard, save_rng
-
         for name, engine in self._trainable().items():
             save_engine_shard(engine.model, engine.optimizer, directory / name, self.rank, self.world_size)
-        if "actor_rollout" in self.roles and self.rank == 0:
-            self.roles["actor_rollout"].save_hf_metadata(str(directory / "actor_rollout" / "hf"))
+        actor = self.roles.get("actor_rollout")
+        if isinstance(actor, ActorRolloutRole) and self.rank == 0:
+            actor.save_hf_metadata(str(directory / "actor_rollout" / "hf"))
         save_rng(directory / "rng", f"{'+'.join(self.role_names)}_rank_{self.rank}")
 
     def _load_checkpoint(self, directory: Path) -> None:
-        from hybridrl.checkpoint.shards import load_engine_shard, load_rng
-
         for name, engine in self._trainable().items():
             load_engine_shard(engine.model, engine.optimizer, directory / name, self.rank, self.world_size)
         load_rng(directory / "rng", f"{'+'.join(self.role_names)}_rank_{self.rank}")

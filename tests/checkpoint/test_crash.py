@@ -13,7 +13,7 @@ import pytest
 
 from hybridrl.checkpoint.manager import CheckpointManager
 from hybridrl.config.loader import load_config
-from hybridrl.trainer.main_ppo import run
+from hybridrl.trainer.job import run
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 

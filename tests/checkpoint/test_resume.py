@@ -11,7 +11,7 @@ from transformers import AutoModelForCausalLM
 
 from hybridrl.cli import main as cli_main
 from hybridrl.config.loader import load_config
-from hybridrl.trainer.main_ppo import run
+from hybridrl.trainer.job import run
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 

@@ -9,7 +9,7 @@ import pytest
 
 from hybridrl.cluster.errors import PoolPlacementError
 from hybridrl.config.loader import load_config
-from hybridrl.trainer.main_ppo import run
+from hybridrl.trainer.job import run
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from hybridrl.cluster.errors import PoolPlacementError, WorkerCallError, WorkerCallTimeout
-from hybridrl.cluster.resource_pool import PoolSpec
 from hybridrl.cluster.worker_group import WorkerGroup
 from hybridrl.config.loader import load_config
+from hybridrl.config.pools import PoolSpec
 from hybridrl.models.tiny import build_tokenizer, ensure_tiny_model
 from hybridrl.protocol import Batch
 

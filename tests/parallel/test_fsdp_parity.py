@@ -63,14 +63,14 @@ def train_on_rank(
     from torch.distributed.device_mesh import init_device_mesh
 
     from hybridrl.workers.actor_rollout import ActorRolloutRole
+    from hybridrl.workers.context import WorkerContext
     from hybridrl.workers.critic import CriticRole
-    from hybridrl.workers.worker import WorkerContext
 
     torch.manual_seed(0)
     cfg = load_config(overrides(world_size, sharding, extra))
     mesh = init_device_mesh("cpu", (world_size,))
     ctx = WorkerContext(rank, world_size, torch.device("cpu"), mesh, model_path, model_path)
-    actor, critic = ActorRolloutRole(cfg, ctx), CriticRole(cfg, ctx)
+    actor, critic = ActorRolloutRole.from_config(cfg, ctx), CriticRole.from_config(cfg, ctx)
     batch = make_batch(len(actor.tokenizer))
     shard = batch.split(world_size)[rank]
     losses = [actor.update_actor(shard)["actor/pg_loss"] for _ in range(3)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hybridrl.models.decoder_stage import stage_layer_ranges
-from hybridrl.parallel.megatron import MegatronLayout, megatron_fit_errors
+from hybridrl.parallel.layout import MegatronLayout, megatron_fit_errors
 
 
 def test_rank_grid_puts_tensor_parallel_ranks_next_to_each_other():

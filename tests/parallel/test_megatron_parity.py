@@ -89,14 +89,14 @@ def train_on_rank(rank: int, world_size: int, model_path: str, out_dir: str, lay
 
     from hybridrl.checkpoint.shards import load_engine_shard, save_engine_shard
     from hybridrl.workers.actor_rollout import ActorRolloutRole
+    from hybridrl.workers.context import WorkerContext
     from hybridrl.workers.critic import CriticRole
-    from hybridrl.workers.worker import WorkerContext
 
     torch.manual_seed(0)
     cfg = load_config(overrides(world_size, layout))
     mesh = init_device_mesh("cpu", (world_size,))
     ctx = WorkerContext(rank, world_size, torch.device("cpu"), mesh, model_path, model_path)
-    actor, critic = ActorRolloutRole(cfg, ctx), CriticRole(cfg, ctx)
+    actor, critic = ActorRolloutRole.from_config(cfg, ctx), CriticRole.from_config(cfg, ctx)
     dp_rank, dp_size, collects = actor.dp_layout("update_actor")
     actor_cfg = cfg.actor_rollout_ref.actor
     if actor_cfg.strategy == "megatron" and actor_cfg.parallel_config.megatron.tp_size > 1:

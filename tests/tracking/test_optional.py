@@ -3,8 +3,8 @@ import sys
 import types
 
 import pytest
-from omegaconf import OmegaConf
 
+from hybridrl.config.loader import load_config
 from hybridrl.tracking.optional import MissingTrackerError, MlflowTracker, WandbTracker, require
 
 
@@ -43,9 +43,7 @@ def test_selecting_an_uninstalled_logger_in_the_tracker_fails_clearly(tmp_path, 
     from hybridrl.tracking import Tracker
 
     monkeypatch.setitem(sys.modules, "wandb", None)
-    cfg = OmegaConf.create(
-        {"trainer": {"total_steps": 1, "progress_bar": False, "project_name": "p", "experiment_name": "e"}}
-    )
+    cfg = load_config(["trainer.total_steps=1", "trainer.progress_bar=false"])
     with pytest.raises(MissingTrackerError, match="trainer.logger includes 'wandb' but the wandb package"):
         Tracker(["wandb"], tmp_path, cfg)
 

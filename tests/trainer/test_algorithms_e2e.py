@@ -7,7 +7,7 @@ import json
 import pytest
 
 from hybridrl.config.loader import load_config
-from hybridrl.trainer.main_ppo import run
+from hybridrl.trainer.job import run
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 

@@ -12,7 +12,7 @@ from transformers import AutoModelForCausalLM
 from hybridrl.config.loader import load_config
 from hybridrl.tracking.breakdown import TOP_LEVEL_EXCLUDED
 from hybridrl.tracking.report import write_report
-from hybridrl.trainer.main_ppo import run
+from hybridrl.trainer.job import run
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 

@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import load_file
 
 from hybridrl.config.loader import load_config
-from hybridrl.trainer.main_ppo import run
+from hybridrl.trainer.job import run
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 

@@ -9,7 +9,7 @@ import pytest
 from hybridrl.config.loader import load_config
 from hybridrl.models.reward_model import build_tiny_reward_model
 from hybridrl.rewards.registry import RewardError
-from hybridrl.trainer.main_ppo import run
+from hybridrl.trainer.job import run
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 

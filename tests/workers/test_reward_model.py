@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from omegaconf import OmegaConf
 
+from hybridrl.config.schema import RewardModelConfig, RewardModelModelConfig
 from hybridrl.models.reward_model import build_tiny_reward_model, load_reward_model
 from hybridrl.parallel.launch import run_ranks
 from hybridrl.protocol import Batch
@@ -17,18 +17,12 @@ MICRO = 3
 TRUNC = 5
 
 
-def make_cfg(path: str, max_length: int = 64, micro: int = MICRO, tokenizer_path: str | None = None):
-    return OmegaConf.create(
-        {
-            "trainer": {"seed": 0},
-            "reward_model": {
-                "model": {"path": path, "tokenizer_path": tokenizer_path, "trust_remote_code": False},
-                "fsdp": {"sharding_strategy": "FULL_SHARD", "mixed_precision": False, "cpu_offload": False},
-                "precision": "fp32",
-                "max_length": max_length,
-                "micro_batch_size_per_gpu": micro,
-            },
-        }
+def make_cfg(path: str | None, max_length: int = 64, micro: int = MICRO, tokenizer_path: str | None = None):
+    return RewardModelConfig(
+        enable=True,
+        model=RewardModelModelConfig(path=path, tokenizer_path=tokenizer_path),
+        max_length=max_length,
+        micro_batch_size_per_gpu=micro,
     )
 
 
@@ -46,12 +40,12 @@ def plain_score(model, tokenizer, text: str | None = None, ids: list[int] | None
 def score_on_rank(rank: int, world_size: int, path: str, out: str) -> None:
     from torch.distributed.device_mesh import init_device_mesh
 
+    from hybridrl.workers.context import WorkerContext
     from hybridrl.workers.reward_model import RewardModelRole
-    from hybridrl.workers.worker import WorkerContext
 
     mesh = init_device_mesh("cpu", (world_size,))
     ctx = WorkerContext(rank, world_size, torch.device("cpu"), mesh, path, path)
-    role = RewardModelRole(make_cfg(path), ctx)
+    role = RewardModelRole(make_cfg(path), ctx, seed=0)
     n = len(PROMPTS)
     res = {}
     # Each rank scores its half (equal shards) ...
@@ -75,7 +69,7 @@ def score_on_rank(rank: int, world_size: int, path: str, out: str) -> None:
             res["bad"] = type(exc).__name__
     if world_size == 1:
         res["alone"] = torch.cat([role.compute_rm_score(make_batch(i, i + 1)).tensors["rm_scores"] for i in range(n)])
-        short = RewardModelRole(make_cfg(path, max_length=TRUNC), ctx)
+        short = RewardModelRole(make_cfg(path, max_length=TRUNC), ctx, seed=0)
         res["trunc"] = short.compute_rm_score(make_batch()).tensors["rm_scores"]
         res["trunc_ids"] = short.tokenize(PROMPTS, RESPONSES)
     torch.save(res, f"{out}/rank{rank}.pt")
@@ -144,20 +138,20 @@ def test_missing_path_names_it(tmp_path):
     with pytest.raises(FileNotFoundError, match="no_such_rm"):
         load_reward_model(str(missing))
 
+    from hybridrl.workers.context import WorkerContext
     from hybridrl.workers.reward_model import RewardModelRole
-    from hybridrl.workers.worker import WorkerContext
 
     ctx = WorkerContext(0, 1, torch.device("cpu"), None, "", "")
     with pytest.raises(FileNotFoundError, match="no_such_rm"):
-        RewardModelRole(make_cfg(str(missing)), ctx)
+        RewardModelRole(make_cfg(str(missing)), ctx, seed=0)
     with pytest.raises(FileNotFoundError, match="None"):
-        RewardModelRole(make_cfg(None), ctx)
+        RewardModelRole(make_cfg(None), ctx, seed=0)
 
 
 def test_tokenizer_path_override_is_checked(rm_path, tmp_path):
+    from hybridrl.workers.context import WorkerContext
     from hybridrl.workers.reward_model import RewardModelRole
-    from hybridrl.workers.worker import WorkerContext
 
     ctx = WorkerContext(0, 1, torch.device("cpu"), None, "", "")
     with pytest.raises(FileNotFoundError, match="no_such_tok"):
-        RewardModelRole(make_cfg(rm_path, tokenizer_path=str(tmp_path / "no_such_tok")), ctx)
+        RewardModelRole(make_cfg(rm_path, tokenizer_path=str(tmp_path / "no_such_tok")), ctx, seed=0)

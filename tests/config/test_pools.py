@@ -1,6 +1,6 @@
 import pytest
 
-from hybridrl.cluster.resource_pool import PoolSpec, ResourcePoolManager
+from hybridrl.config.pools import PoolSpec, ResourcePoolManager
 
 
 def test_seed_keyword_form():

@@ -1,4 +1,5 @@
-"""Resource pools: named sets of devices that roles are mapped onto, realised as placement groups.
+"""Resource pools: named sets of devices that roles are mapped onto (pure arithmetic; the cluster layer
+realises each pool as a placement group).
 
 The seed writes ``ResourcePoolManager(actor_rollout={"GPU": 4}, critic={"GPU": 2}, reward={"CPU": 16})``
 with a role -> pool mapping; YAML writes the same under ``resource_pool.pools`` / ``.mapping``.
@@ -15,6 +16,8 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from hybridrl.config.schema import ResourcePoolConfig
 
 logger = logging.getLogger(__name__)
 
@@ -155,12 +158,9 @@ class ResourcePoolManager:
         return totals
 
     @classmethod
-    def from_config(cls, cfg: Any, roles: list[str] | None = None) -> ResourcePoolManager:
+    def from_config(cls, cfg: ResourcePoolConfig, roles: list[str] | None = None) -> ResourcePoolManager:
         """Pools from ``resource_pool``; with ``roles``, only those roles are mapped (and reserved)."""
-        from omegaconf import OmegaConf
-
-        pools = OmegaConf.to_container(cfg.resource_pool.pools, resolve=True)
-        mapping = OmegaConf.to_container(cfg.resource_pool.mapping, resolve=True)
+        mapping = dict(cfg.mapping)
         if roles is not None:
             mapping = {role: pool for role, pool in mapping.items() if role in roles}
-        return cls(pools=pools, mapping=mapping)
+        return cls(pools=cfg.pools, mapping=mapping)

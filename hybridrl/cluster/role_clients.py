@@ -1,0 +1,119 @@
+"""Typed clients the driver calls roles through: one class per role, each method declaring its dispatch once.
+
+Dispatch modes (``WorkerGroup``):
+- ``dp``: split the batch over the role's data-parallel replicas, gather the rows back in order (padding
+  the batch to a multiple of the replicas first): forward passes and generation, returning a ``Batch``.
+- ``split``: each replica gets its equal shard and returns a value (per-replica metrics of an update).
+- ``all``: every rank runs the call with the same arguments (export, diagnostics).
+
+The method names sent to the workers are taken from the role classes themselves, so renaming a role
+method breaks here, at import, not mid-run. Each call's per-rank results (spans, resources) stay in
+``last_results`` for the monitor's sub-span timings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from hybridrl.cluster.worker_group import WorkerGroup
+from hybridrl.protocol import Batch
+from hybridrl.workers.actor_rollout import ActorRolloutRole
+from hybridrl.workers.critic import CriticRole
+from hybridrl.workers.ref import RefRole
+from hybridrl.workers.reward_model import RewardModelRole
+from hybridrl.workers.tracing import CallResult
+
+
+class RoleClient:
+    """One role on its worker group."""
+
+    role: str = ""
+
+    def __init__(self, group: WorkerGroup) -> None:
+        self.group = group
+        self.last_results: list[CallResult] = []
+
+    def _dp(self, method: Callable[..., Any], batch: Batch) -> Batch:
+        out, self.last_results = self.group.call_dp(self.role, method.__name__, batch)
+        return out
+
+    def _split(self, method: Callable[..., Any], batch: Batch) -> list[Any]:
+        self.last_results = self.group.call_split(self.role, method.__name__, batch)
+        return [r.value for r in self.last_results]
+
+    def _all(self, method: Callable[..., Any], *args: Any) -> list[Any]:
+        return self.group.call_all(self.role, method.__name__, *args)
+
+
+class ActorRolloutClient(RoleClient):
+    role = "actor_rollout"
+
+    def generate(self, batch: Batch) -> Batch:
+        """Responses for the prompts of ``batch`` (``meta``: ``seed``, optional ``sampling``)."""
+        return self._dp(ActorRolloutRole.generate, batch)
+
+    def compute_log_prob(self, batch: Batch) -> Batch:
+        """``old_log_probs`` and ``old_entropy`` of the responses under the current policy."""
+        return self._dp(ActorRolloutRole.compute_log_prob, batch)
+
+    def update_actor(self, batch: Batch) -> list[dict[str, float]]:
+        """One PPO update on the batch; each replica's metrics."""
+        return self._split(ActorRolloutRole.update_actor, batch)
+
+    def save_hf(self, out_dir: str) -> list[str | None]:
+        return self._all(ActorRolloutRole.save_hf, out_dir)
+
+    def state_digest(self) -> list[dict[str, str]]:
+        return self._all(ActorRolloutRole.state_digest)
+
+
+class CriticClient(RoleClient):
+    role = "critic"
+
+    def compute_values(self, batch: Batch) -> Batch:
+        return self._dp(CriticRole.compute_values, batch)
+
+    def update_critic(self, batch: Batch) -> list[dict[str, float]]:
+        return self._split(CriticRole.update_critic, batch)
+
+    def state_digest(self) -> list[dict[str, str]]:
+        return self._all(CriticRole.state_digest)
+
+
+class RefClient(RoleClient):
+    role = "ref"
+
+    def compute_ref_log_prob(self, batch: Batch) -> Batch:
+        return self._dp(RefRole.compute_ref_log_prob, batch)
+
+
+class RewardModelClient(RoleClient):
+    role = "reward_model"
+
+    def compute_rm_score(self, batch: Batch) -> Batch:
+        return self._dp(RewardModelRole.compute_rm_score, batch)
+
+
+CLIENTS: dict[str, type[RoleClient]] = {
+    client.role: client for client in (ActorRolloutClient, CriticClient, RefClient, RewardModelClient)
+}
+
+
+class RoleClients:
+    """The driver's handles on every role of the run, typed; a role the config does not need is None."""
+
+    def __init__(self, clients: dict[str, RoleClient]) -> None:
+        self.actor_rollout: ActorRolloutClient = clients["actor_rollout"]  # type: ignore[assignment]
+        self.critic: CriticClient | None = clients.get("critic")  # type: ignore[assignment]
+        self.ref: RefClient | None = clients.get("ref")  # type: ignore[assignment]
+        self.reward_model: RewardModelClient | None = clients.get("reward_model")  # type: ignore[assignment]
+
+    def groups(self) -> list[WorkerGroup]:
+        """Each worker group once (colocated roles share one)."""
+        clients = [self.actor_rollout, self.critic, self.ref, self.reward_model]
+        return list({id(c.group): c.group for c in clients if c is not None}.values())
+
+
+def make_clients(groups: list[WorkerGroup]) -> RoleClients:
+    return RoleClients({role: CLIENTS[role](group) for group in groups for role in group.roles})
