@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -158,7 +158,7 @@ class Batch:
         return [*self.tensors.keys(), *self.non_tensors.keys()]
 
     def __contains__(self, key: object) -> bool:
-        return key in self.tensors.keys() or key in self.non_tensors
+        return key in list(self.tensors.keys()) or key in self.non_tensors
 
     def __repr__(self) -> str:
         return (
@@ -176,7 +176,11 @@ class Batch:
     def nbytes(self) -> int:
         """Bytes of the tensor columns (what dominates a transfer; non-tensor columns are not counted)."""
         return int(
-            sum(t.numel() * t.element_size() for t in self.tensors.values(include_nested=True, leaves_only=True))
+            sum(
+                t.numel() * t.element_size()
+                for t in self.tensors.values(include_nested=True, leaves_only=True)
+                if isinstance(t, torch.Tensor)
+            )
         )
 
     def to(self, device: torch.device | str) -> Batch:
@@ -224,7 +228,7 @@ class Batch:
                 if k in meta and not _values_equal(meta[k], v):
                     raise ValueError(f"meta key {k!r} conflicts: {meta[k]!r} vs {v!r} (batch {i})")
                 meta.setdefault(k, v)
-        td = torch.cat([b.tensors for b in batches], dim=0)
+        td = cast(TensorDict, torch.cat([b.tensors for b in batches], dim=0))
         cols = {k: np.concatenate([b.non_tensors[k] for b in batches]) for k in first.non_tensors}
         return Batch(tensors=td, non_tensors=cols, meta=meta)
 
@@ -300,11 +304,12 @@ class Batch:
         """Merge ``other``'s keys into ``self`` (in place) and return ``self``; equal duplicates are fine."""
         if len(other) != len(self):
             raise ValueError(f"cannot union batches of length {len(self)} and {len(other)}")
-        for kind, mine, theirs in (
+        pairs: list[tuple[str, Any, Any]] = [
             ("tensor", self.tensors, other.tensors),
             ("non-tensor", self.non_tensors, other.non_tensors),
             ("meta", self.meta, other.meta),
-        ):
+        ]
+        for kind, mine, theirs in pairs:
             for k in theirs.keys():
                 if k in mine.keys() and not _values_equal(mine[k], theirs[k]):
                     raise ValueError(f"{kind} key {k!r} exists in both batches with different values")

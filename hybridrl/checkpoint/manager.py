@@ -96,7 +96,7 @@ def resolve_resume(mode: str, resume_from_path: str | None, manager: CheckpointM
         return None
     if mode == "auto":
         return manager.latest()
-    path = Path(resume_from_path if mode == "resume_path" else mode)
+    path = Path(resume_from_path or "" if mode == "resume_path" else mode)
     if mode == "resume_path" and not resume_from_path:
         raise CheckpointError("trainer.resume_mode=resume_path needs trainer.resume_from_path=<checkpoint dir>.")
     if not (path / STATE).exists():

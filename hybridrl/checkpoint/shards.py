@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -102,7 +102,8 @@ def load_engine_shard(
             )
         with torch.no_grad():
             local.copy_(saved[key].to(local.device, local.dtype))
-    for group, saved_group in zip(optim_sd["param_groups"], index["param_groups"]):
+    groups = cast(list[dict[str, Any]], optim_sd["param_groups"])
+    for group, saved_group in zip(groups, index["param_groups"]):
         for key, value in saved_group.items():
             if key != "params":
                 group[key] = tuple(value) if isinstance(group.get(key), tuple) else value
@@ -154,7 +155,7 @@ def _assemble(pieces: dict[tuple[int, ...], torch.Tensor], info: dict[str, Any])
 def rng_state() -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     """Python, NumPy and torch RNG states as JSON + tensors."""
     version, state, gauss = random.getstate()
-    np_state = np.random.get_state()
+    np_state = cast(tuple[Any, ...], np.random.get_state())
     meta = {
         "python": [version, list(state), gauss],
         "numpy": [np_state[0], np_state[1].tolist(), int(np_state[2]), int(np_state[3]), float(np_state[4])],

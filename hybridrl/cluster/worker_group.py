@@ -120,7 +120,8 @@ class WorkerGroup:
             try:
                 ray.get(ready[0], timeout=0)
             except (RayTaskError, RayActorError) as exc:
-                cause = str(exc.cause) if getattr(exc, "cause", None) is not None else str(exc).splitlines()[-1]
+                inner = getattr(exc, "cause", None)
+                cause = str(inner) if inner is not None else str(exc).splitlines()[-1]
                 raise WorkerCallError(self.name, index[ready[0]], method, cause) from exc
             except GetTimeoutError:  # pragma: no cover - ready refs do not time out
                 raise WorkerCallTimeout(self.name, [index[ready[0]]], method, timeout_s) from None

@@ -21,7 +21,7 @@ __all__ = ["ConfigError", "load_config", "to_dict", "to_yaml"]
 def _leaf_keys(node: DictConfig, prefix: str = "") -> list[str]:
     keys = []
     for key, value in node.items_ex(resolve=False):
-        full = f"{prefix}{key}"
+        full = f"{prefix}{key!s}"
         if isinstance(value, DictConfig):
             keys.append(full)
             keys.extend(_leaf_keys(value, full + "."))
@@ -47,7 +47,7 @@ _ENUM_ERROR = re.compile(r"Invalid value '(?P<value>.*)', expected one of \[(?P<
 
 def _bad_value(exc: ValidationError) -> str:
     """One line naming the key: a closed set (an enum in the schema) lists its values."""
-    first = exc.msg.splitlines()[0]
+    first = (exc.msg or str(exc)).splitlines()[0]
     match = _ENUM_ERROR.match(first)
     if match:
         return f"{exc.full_key}={match['value']!r} is not valid; choose one of: {match['valid']}."

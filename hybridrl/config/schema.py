@@ -22,21 +22,24 @@ T = TypeVar("T")
 def doc(default: T, help: str) -> T:
     """A field with its default and one line of documentation (rendered as the YAML comment)."""
     if isinstance(default, (list, dict)):
-        return field(default_factory=lambda: copy.deepcopy(default), metadata={"help": help})  # type: ignore[return-value]
-    return field(default=default, metadata={"help": help})  # type: ignore[no-any-return]
+        return field(default_factory=lambda: copy.deepcopy(default), metadata={"help": help})
+    return field(default=default, metadata={"help": help})
 
 
 def section(cls: type[T], help: str = "") -> T:
     """A nested section (its own dataclass), with an optional comment on its header line."""
-    return field(default_factory=cls, metadata={"help": help})  # type: ignore[no-any-return]
+    return field(default_factory=cls, metadata={"help": help})
 
 
 class Choice(str, Enum):
     """A closed set of values. Members are named as users write them, compare equal to those strings,
     and print as them (``f"{Strategy.fsdp}"`` is ``fsdp``)."""
 
-    __str__ = str.__str__
-    __format__ = str.__format__
+    def __str__(self) -> str:
+        return str.__str__(self)
+
+    def __format__(self, format_spec: str) -> str:
+        return str.__format__(str(self), format_spec)
 
     @classmethod
     def values(cls) -> tuple[str, ...]:
@@ -61,9 +64,15 @@ class Precision(Choice):
     fp16 = "fp16"
 
 
-# Names that are not Python identifiers ("1F1B", "raise") need the functional form.
-PipelineSchedule = Choice("PipelineSchedule", {"1F1B": "1F1B", "GPipe": "GPipe"})
-RewardOnError = Choice("RewardOnError", {"raise": "raise", "fail": "fail"})
+class PipelineSchedule(Choice):
+    # "1F1B" is not a Python identifier: the member is set through the class namespace (PipelineSchedule["1F1B"]).
+    vars()["1F1B"] = "1F1B"
+    GPipe = "GPipe"
+
+
+class RewardOnError(Choice):
+    vars()["raise"] = "raise"  # a keyword: RewardOnError["raise"]
+    fail = "fail"
 
 
 class RolloutName(Choice):

@@ -243,9 +243,11 @@ def _check_data_and_rewards(cfg: Config) -> None:
     if cfg.data.val_files is not None and cfg.data.train_files is None:
         _fail("data.val_files is set but data.train_files is not; give both (or neither, for the built-in task).")
     model = cfg.actor_rollout_ref.model
-    for key, path in (("model.path", model.path), ("model.tokenizer_path", model.tokenizer_path)):
-        if path is not None and not Path(path).expanduser().is_dir():
-            _fail(f"actor_rollout_ref.{key}: {path} is not a directory; give a local Hugging Face model directory.")
+    for key, directory in (("model.path", model.path), ("model.tokenizer_path", model.tokenizer_path)):
+        if directory is not None and not Path(directory).expanduser().is_dir():
+            _fail(
+                f"actor_rollout_ref.{key}: {directory} is not a directory; give a local Hugging Face model directory."
+            )
     if cfg.critic.model.path is not None and not Path(cfg.critic.model.path).expanduser().is_dir():
         _fail(f"critic.model.path: {cfg.critic.model.path} is not a directory.")
     rm = cfg.reward_model
@@ -298,7 +300,7 @@ def model_shape(cfg: Config, role: str) -> dict[str, Any] | None:
     if not config_file.is_file():
         return None
     # transformers is heavy: only a model given by path needs it here.
-    from transformers import AutoConfig  # noqa: PLC0415 - heavy, needed only for a model directory
+    from transformers import AutoConfig
 
     config = AutoConfig.from_pretrained(path, local_files_only=True, trust_remote_code=model.trust_remote_code)
     config = getattr(config, "text_config", None) or config

@@ -7,7 +7,14 @@ from pathlib import Path
 
 import torch
 from torch import nn
-from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
+from transformers import (
+    AutoModel,
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    PreTrainedTokenizerFast,
+)
 
 
 def _check_dir(path: str, what: str) -> None:
@@ -18,7 +25,7 @@ def _check_dir(path: str, what: str) -> None:
         )
 
 
-def load_tokenizer(path: str, trust_remote_code: bool = False):
+def load_tokenizer(path: str, trust_remote_code: bool = False) -> PreTrainedTokenizerBase:
     _check_dir(path, "Tokenizer")
     config_file = Path(path) / "tokenizer_config.json"
     saved_class = json.loads(config_file.read_text()).get("tokenizer_class") if config_file.exists() else None
@@ -34,7 +41,7 @@ def load_tokenizer(path: str, trust_remote_code: bool = False):
     return tokenizer
 
 
-def load_causal_lm(path: str, trust_remote_code: bool = False, dtype: torch.dtype = torch.float32) -> nn.Module:
+def load_causal_lm(path: str, trust_remote_code: bool = False, dtype: torch.dtype = torch.float32) -> PreTrainedModel:
     _check_dir(path, "Model")
     model = AutoModelForCausalLM.from_pretrained(
         path,

@@ -12,7 +12,12 @@ from pathlib import Path
 
 import torch
 from torch import nn
-from transformers import AutoModelForSequenceClassification, Qwen2ForSequenceClassification
+from transformers import (
+    AutoModelForSequenceClassification,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    Qwen2ForSequenceClassification,
+)
 
 from hybridrl.models.loader import load_tokenizer
 from hybridrl.models.tiny import build_model_config, build_tokenizer
@@ -49,7 +54,7 @@ def load_reward_model(
     tokenizer_path: str | None = None,
     seed: int = 0,
     dtype: torch.dtype = torch.float32,
-) -> tuple[nn.Module, object]:
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """``(model, tokenizer)``: a ``num_labels=1`` sequence classifier and its (right-padding) tokenizer.
 
     ``model.config.pad_token_id`` is set from the tokenizer, so that HF's pooling (the logit at the

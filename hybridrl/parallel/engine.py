@@ -47,7 +47,7 @@ class TrainEngine:
             self.optimizer = torch.optim.AdamW(
                 [p for p in model.parameters() if p.requires_grad],
                 lr=optim_cfg.lr,
-                betas=tuple(optim_cfg.betas),
+                betas=(optim_cfg.betas[0], optim_cfg.betas[1]),
                 weight_decay=optim_cfg.weight_decay,
                 eps=optim_cfg.eps,
             )

@@ -14,11 +14,13 @@ overlaps more communication at the cost of memory for the extra gathered layer.
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import torch
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
-from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
 
 
 def wrap_units(model: nn.Module) -> list[nn.Module]:
@@ -63,7 +65,7 @@ def apply_fsdp(
     param_dtype: torch.dtype = torch.bfloat16,
 ) -> nn.Module:
     reshard = sharding_strategy in ("FULL_SHARD", "HYBRID_SHARD")
-    kwargs = {"mesh": mesh, "reshard_after_forward": reshard}
+    kwargs: dict[str, Any] = {"mesh": mesh, "reshard_after_forward": reshard}
     if mixed_precision:
         kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
     if cpu_offload:
@@ -74,12 +76,14 @@ def apply_fsdp(
         fully_shard(unit, **kwargs)
     fully_shard(model, **kwargs)
     if not limit_all_gathers:
-        for i, unit in enumerate(units):
-            unit.set_modules_to_forward_prefetch(units[i + 1 : i + 3])
-            unit.set_modules_to_backward_prefetch(units[max(0, i - 2) : i][::-1])
+        sharded = cast(list[FSDPModule], units)  # fully_shard made each unit an FSDPModule
+        for i, block in enumerate(sharded):
+            block.set_modules_to_forward_prefetch(sharded[i + 1 : i + 3])
+            block.set_modules_to_backward_prefetch(sharded[max(0, i - 2) : i][::-1])
     return model
 
 
 def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     """Every rank gets the whole, unsharded state dict (the hand-over to generation and export)."""
-    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=False))
+    state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=False))
+    return cast(dict[str, torch.Tensor], state)

@@ -63,15 +63,14 @@ def apply_tensor_parallel(parts: DecoderParts, tp_mesh: Any, sequence_parallel: 
     for layer in parts.backbone.layers.values():
         styles: dict[str, Any] = {name: _tp_styles(kind, sequence_parallel) for name, kind in layer_plan.items()}
         if sequence_parallel:
-            gather = dict(
-                input_kwarg_layouts={"hidden_states": Shard(1)},
-                desired_input_kwarg_layouts={"hidden_states": Replicate()},
-            )
             styles.update(
                 {
                     "input_layernorm": SequenceParallel(),
                     "post_attention_layernorm": SequenceParallel(),
-                    "self_attn": PrepareModuleInput(**gather),
+                    "self_attn": PrepareModuleInput(
+                        input_kwarg_layouts={"hidden_states": Shard(1)},
+                        desired_input_kwarg_layouts={"hidden_states": Replicate()},
+                    ),
                     "mlp": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
                 }
             )

@@ -19,7 +19,7 @@ import torch
 try:
     import resource
 except ImportError:  # Windows has no resource module
-    resource = None
+    resource = None  # type: ignore[assignment]
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ def _nvml_module() -> Any:
     global _nvml, _nvml_failed
     if _nvml is None and not _nvml_failed:
         try:
-            import pynvml  # noqa: PLC0415 - optional (hybridrl[gpu]), absent on CPU/ROCm machines
+            import pynvml
 
             pynvml.nvmlInit()
             _nvml = pynvml

@@ -145,7 +145,8 @@ class CustomRewardFn:
         return {"path": self.path, "name": self.name}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["path"], state["name"])
+        fresh = type(self)(state["path"], state["name"])  # re-imports the file in this process
+        self.__dict__.update(fresh.__dict__)
 
 
 def load_reward_fn(path: str, name: str = "compute_score") -> Callable[[str, str, Any, Any], Any]:

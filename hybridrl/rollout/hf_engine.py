@@ -8,7 +8,7 @@ ranks independent during rollout (the same reason verl hands weights to vLLM).
 from __future__ import annotations
 
 import torch
-from torch import nn
+from transformers import PreTrainedModel
 
 
 def response_mask_from(
@@ -34,7 +34,7 @@ def position_ids_from(attention_mask: torch.Tensor) -> torch.Tensor:
 
 
 class HFRolloutEngine:
-    def __init__(self, model: nn.Module, pad_token_id: int, eos_token_id: int | list[int] | None) -> None:
+    def __init__(self, model: PreTrainedModel, pad_token_id: int, eos_token_id: int | list[int] | None) -> None:
         self.model = model.eval()
         self.model.requires_grad_(False)
         self.pad_token_id = pad_token_id

@@ -98,8 +98,8 @@ class _Plotter:
 
     def __init__(self) -> None:
         # matplotlib is heavy and only needed to draw: importing hybridrl.tracking (every run) must not load it.
-        from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: PLC0415 - heavy, only to draw plots
-        from matplotlib.figure import Figure  # noqa: PLC0415 - heavy, only to draw plots
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
 
         self._figure_cls = Figure
         self._canvas_cls = FigureCanvasAgg
@@ -253,8 +253,7 @@ def _duration(seconds: float) -> str:
 
 def _summary_html(rows: Rows, summary: dict[str, Any] | None, skipped_lines: int) -> str:
     esc = html.escape
-    steps = [as_number(r.get("step")) for r in rows]
-    steps = [s for s in steps if s is not None]
+    steps = [s for s in (as_number(r.get("step")) for r in rows) if s is not None]
     items: list[tuple[str, str]] = [("steps logged", str(len(rows)))]
     if steps:
         items.append(("step range", f"{_fmt(min(steps))} - {_fmt(max(steps))}"))

@@ -48,7 +48,7 @@ class ActorRolloutRole(EngineRole):
         rollout_dtype = torch.bfloat16 if actor.precision == Precision.bf16 else torch.float32
         rollout_model = load_causal_lm(ctx.model_path, model.trust_remote_code, dtype=rollout_dtype)
         self.rollout = HFRolloutEngine(
-            rollout_model.to(ctx.device),
+            rollout_model.to(ctx.device),  # type: ignore[arg-type]  # transformers' typing of Module.to
             self.tokenizer.pad_token_id,
             rollout_model.generation_config.eos_token_id or self.tokenizer.eos_token_id,
         )
@@ -128,6 +128,7 @@ class ActorRolloutRole(EngineRole):
                 clip_ratio_c=cfg.clip_ratio_c,
                 loss_agg_mode=cfg.loss_agg_mode,
             )
+            assert entropy is not None
             entropy_loss = agg_loss(entropy, mask, cfg.loss_agg_mode)
             loss = pg["pg_loss"] - cfg.entropy_coeff * entropy_loss
             row = {

@@ -36,7 +36,10 @@ class RewardModelRole(EngineRole):
         self.max_length = cfg.max_length
         self.micro = cfg.micro_batch_size_per_gpu
         model, self.tokenizer = load_reward_model(
-            cfg.model.path, cfg.model.trust_remote_code, tokenizer_path=cfg.model.tokenizer_path, seed=seed
+            str(cfg.model.path),  # validated at load; a missing path names itself ('None')
+            cfg.model.trust_remote_code,
+            tokenizer_path=cfg.model.tokenizer_path,
+            seed=seed,
         )
         self.engine = make_engine(
             model, cfg, mesh=ctx.mesh, device=ctx.device, train=False, ranks_per_node=ctx.ranks_per_node

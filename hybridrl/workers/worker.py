@@ -154,6 +154,7 @@ class Worker:
 
     def _save_checkpoint(self, directory: Path) -> None:
         for name, engine in self._trainable().items():
+            assert engine.optimizer is not None
             save_engine_shard(engine.model, engine.optimizer, directory / name, self.rank, self.world_size)
         actor = self.roles.get("actor_rollout")
         if isinstance(actor, ActorRolloutRole) and self.rank == 0:
@@ -162,6 +163,7 @@ class Worker:
 
     def _load_checkpoint(self, directory: Path) -> None:
         for name, engine in self._trainable().items():
+            assert engine.optimizer is not None
             load_engine_shard(engine.model, engine.optimizer, directory / name, self.rank, self.world_size)
         load_rng(directory / "rng", f"{'+'.join(self.role_names)}_rank_{self.rank}")
 

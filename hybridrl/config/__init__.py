@@ -1,0 +1,1 @@
+"""Typed configuration: schema (dataclasses and enums), loading, validation, pools."""

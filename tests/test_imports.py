@@ -1,0 +1,96 @@
+"""The package's import graph: no cycles, and the config layer knows nothing of the cluster layer.
+
+Every import of a ``hybridrl`` module counts, wherever it is written (top of a module, inside a function,
+under ``TYPE_CHECKING``), and importing a module from outside its package also runs the package's
+``__init__``.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "hybridrl"
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        is_package = path.name == "__init__.py"
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:  # relative import
+                    anchor = name.split(".") if is_package else name.split(".")[:-1]
+                    anchor = anchor[: len(anchor) - (node.level - 1)]
+                    base = ".".join(anchor + ([base] if base else []))
+                targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names]
+            for target in targets:
+                while target and target not in modules:  # `import hybridrl.x.y` -> the module itself
+                    target = target.rpartition(".")[0]
+                if target.startswith("hybridrl.") and target != name:
+                    graph[name].add(target)
+                    # Importing hybridrl.a.b from outside package a first runs a's __init__.
+                    package = target.rpartition(".")[0]
+                    while package not in ("hybridrl", name) and not name.startswith(package + "."):
+                        if package in modules:  # a namespace package has no __init__ to run
+                            graph[name].add(package)
+                        package = package.rpartition(".")[0]
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt) :] + [nxt]
+            if nxt not in state:
+                found = visit(nxt)
+                if found:
+                    return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            found = visit(node)
+            if found:
+                return found
+    return None
+
+
+def test_the_import_graph_has_no_cycle():
+    cycle = find_cycle(import_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_config_imports_nothing_of_the_cluster_trainer_or_workers():
+    graph = import_graph()
+    upward = sorted(
+        f"{src} -> {dst}"
+        for src, targets in graph.items()
+        if src.startswith("hybridrl.config")
+        for dst in targets
+        if dst.startswith(("hybridrl.cluster", "hybridrl.trainer", "hybridrl.workers", "hybridrl.tracking"))
+    )
+    assert not upward, f"config must not know the layers above it: {upward}"
+
+
+def test_the_graph_sees_imports_inside_functions(tmp_path):
+    graph = import_graph()
+    assert "hybridrl.trainer.job" in graph["hybridrl.trainer.main_ppo"]  # imported lazily in main()
