@@ -31,7 +31,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     if args.command == "train":
-        from hybridrl.trainer.main_ppo import main as train_main
+        from hybridrl.trainer.main_ppo import main as train_main  # noqa: PLC0415 - Ray, torch, transformers: only for `train`
 
         return train_main((["--config", args.config] if args.config else []) + args.overrides)
     if args.command == "report":
@@ -63,7 +63,7 @@ def _report(run_dir: str, out: str | None) -> int:
 
 
 def _export(checkpoint_dir: str, out_dir: str) -> int:
-    from hybridrl.checkpoint.export import export_actor
+    from hybridrl.checkpoint.export import export_actor  # noqa: PLC0415 - torch and transformers: only for `export`
 
     try:
         written = export_actor(checkpoint_dir, out_dir)

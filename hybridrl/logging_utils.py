@@ -10,7 +10,7 @@ def quiet_libraries() -> None:
     """Keep library progress bars and info chatter out of the training log."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
-        import transformers
+        import transformers  # noqa: PLC0415 - heavy; setup_logging's callers must not pay for it
 
         transformers.utils.logging.set_verbosity_error()
         transformers.utils.logging.disable_progress_bar()

@@ -33,7 +33,9 @@ def import_graph() -> dict[str, set[str]]:
                     anchor = name.split(".") if is_package else name.split(".")[:-1]
                     anchor = anchor[: len(anchor) - (node.level - 1)]
                     base = ".".join(anchor + ([base] if base else []))
-                targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names]
+                targets = [
+                    f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names
+                ]
             for target in targets:
                 while target and target not in modules:  # `import hybridrl.x.y` -> the module itself
                     target = target.rpartition(".")[0]

@@ -24,6 +24,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
 try:
     import hybridrl  # noqa: F401
 except ImportError:  # run from a checkout without installing
@@ -70,8 +73,6 @@ def read_rows(path: str) -> list[dict[str, Any]]:
     if not file.is_file():
         raise SystemExit(f"--input {path!r} does not exist.")
     if file.suffix == ".parquet":
-        import pyarrow.parquet as pq
-
         return pq.read_table(file).to_pylist()
     text = file.read_text(encoding="utf-8")
     if file.suffix == ".json":
@@ -105,7 +106,8 @@ def load_cached_split(name: str, config: str | None, split: str) -> list[dict[st
         raise SystemExit(f"No --input given and the `datasets` package is not installed: {hint}")
     os.environ["HF_DATASETS_OFFLINE"] = "1"  # cache only: this must never reach the network
     os.environ["HF_HUB_OFFLINE"] = "1"
-    import datasets
+    # The environment above must be set before datasets loads (it reads it at import); optional package.
+    import datasets  # noqa: PLC0415 - optional, and only after HF_DATASETS_OFFLINE is set
 
     datasets.config.HF_DATASETS_OFFLINE = True  # in case datasets was imported before the variable was set
 
@@ -120,9 +122,6 @@ def load_cached_split(name: str, config: str | None, split: str) -> list[dict[st
 
 
 def write_parquet(rows: list[dict[str, Any]], output_dir: str, split: str) -> Path:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     out = Path(output_dir).expanduser()
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{split}.parquet"

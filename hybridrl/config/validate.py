@@ -300,7 +300,7 @@ def model_shape(cfg: Config, role: str) -> dict[str, Any] | None:
     if not config_file.is_file():
         return None
     # transformers is heavy: only a model given by path needs it here.
-    from transformers import AutoConfig
+    from transformers import AutoConfig  # noqa: PLC0415 - heavy, needed only for a model directory
 
     config = AutoConfig.from_pretrained(path, local_files_only=True, trust_remote_code=model.trust_remote_code)
     config = getattr(config, "text_config", None) or config

@@ -51,7 +51,7 @@ def _nvml_module() -> Any:
     global _nvml, _nvml_failed
     if _nvml is None and not _nvml_failed:
         try:
-            import pynvml
+            import pynvml  # noqa: PLC0415 - optional (hybridrl[gpu]), absent on CPU/ROCm machines
 
             pynvml.nvmlInit()
             _nvml = pynvml

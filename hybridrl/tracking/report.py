@@ -98,8 +98,8 @@ class _Plotter:
 
     def __init__(self) -> None:
         # matplotlib is heavy and only needed to draw: importing hybridrl.tracking (every run) must not load it.
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
+        from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: PLC0415 - heavy, only to draw plots
+        from matplotlib.figure import Figure  # noqa: PLC0415 - heavy, only to draw plots
 
         self._figure_cls = Figure
         self._canvas_cls = FigureCanvasAgg

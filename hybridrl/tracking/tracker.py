@@ -92,7 +92,7 @@ class Tracker:
         if "jsonl" in backends:
             self.backends.append(JsonlTracker(output_dir / "metrics.jsonl", resume_step))
         if "tensorboard" in backends:
-            from hybridrl.tracking.tensorboard import TensorBoardTracker
+            from hybridrl.tracking.tensorboard import TensorBoardTracker  # noqa: PLC0415 - torch + tensorboard, only when selected
 
             self.backends.append(TensorBoardTracker(output_dir / "tensorboard"))
         if "wandb" in backends or "mlflow" in backends:

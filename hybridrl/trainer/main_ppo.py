@@ -34,7 +34,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         logger.error("Config error: %s", exc)
         return 2
     # Ray and the worker code load only once the config is valid: a config error is answered at once.
-    from hybridrl.trainer.job import run
+    from hybridrl.trainer.job import run  # noqa: PLC0415 - Ray and the workers, only for a valid config
 
     try:
         result = run(cfg)
