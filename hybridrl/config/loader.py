@@ -12,7 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
 from hybridrl.config.errors import ConfigError
-from hybridrl.config.schema import Config
+from hybridrl.config.schema import Config, Strategy
 from hybridrl.config.validate import validate
 
 __all__ = ["ConfigError", "load_config", "to_dict", "to_yaml"]
@@ -79,10 +79,10 @@ def _normalize_seed_strategy(layer: DictConfig) -> DictConfig:
         unknown = set(strategy) - {"name", "params"}
         if unknown:
             raise ConfigError(f"{section}.strategy as a mapping takes 'name' and 'params'; got {sorted(unknown)}.")
-        name = strategy.get("name", "fsdp")
+        name = strategy.get("name", Strategy.fsdp.value)
         params = strategy.get("params") or {}
         node["strategy"] = name
-        if params and name == "megatron":
+        if params and name == Strategy.megatron:
             node["parallel_config"] = OmegaConf.merge(node.get("parallel_config") or {}, {"megatron": params})
         elif params:
             node[name] = OmegaConf.merge(node.get(name) or {}, params)
@@ -108,7 +108,7 @@ def _move_seed_parallel_config(layer: DictConfig) -> DictConfig:
     critic = layer["critic"]  # assignment copies a node: fetch the one inside the layer
     critic["parallel_config"] = OmegaConf.merge(critic.get("parallel_config") or {}, seed)
     if "strategy" not in critic:
-        critic["strategy"] = "megatron"
+        critic["strategy"] = Strategy.megatron.value
     return layer
 
 

@@ -101,8 +101,8 @@ class TrainEngine:
         return rows
 
     def autocast(self) -> contextlib.AbstractContextManager:
-        if self.precision in ("bf16", "fp16"):
-            dtype = torch.bfloat16 if self.precision == "bf16" else torch.float16
+        if self.precision in (Precision.bf16, Precision.fp16):
+            dtype = torch.bfloat16 if self.precision == Precision.bf16 else torch.float16
             return torch.autocast(device_type=self.device.type, dtype=dtype)
         return contextlib.nullcontext()
 

@@ -22,6 +22,8 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
 
+from hybridrl.config.schema import ShardingStrategy
+
 
 def wrap_units(model: nn.Module) -> list[nn.Module]:
     """The transformer blocks to shard one by one (HF's ``_no_split_modules``: its decoder layers)."""
@@ -37,14 +39,13 @@ def wrap_units(model: nn.Module) -> list[nn.Module]:
     return units
 
 
-SHARDING_STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD")
-
-
-def fsdp_mesh(device_type: str, world_size: int, sharding_strategy: str, shard_group_size: int) -> DeviceMesh:
+def fsdp_mesh(
+    device_type: str, world_size: int, sharding_strategy: ShardingStrategy, shard_group_size: int
+) -> DeviceMesh:
     """The device mesh a sharding strategy needs (every rank must call this in the same order)."""
-    if sharding_strategy == "NO_SHARD":
+    if sharding_strategy == ShardingStrategy.NO_SHARD:
         shape = (world_size, 1)
-    elif sharding_strategy == "HYBRID_SHARD":
+    elif sharding_strategy == ShardingStrategy.HYBRID_SHARD:
         if shard_group_size < 1 or world_size % shard_group_size:
             raise ValueError(
                 f"HYBRID_SHARD: shard_group_size ({shard_group_size}) must divide the role's {world_size} workers."
@@ -58,13 +59,13 @@ def fsdp_mesh(device_type: str, world_size: int, sharding_strategy: str, shard_g
 def apply_fsdp(
     model: nn.Module,
     mesh: DeviceMesh,
-    sharding_strategy: str = "FULL_SHARD",
+    sharding_strategy: ShardingStrategy = ShardingStrategy.FULL_SHARD,
     mixed_precision: bool = False,
     cpu_offload: bool = False,
     limit_all_gathers: bool = True,
     param_dtype: torch.dtype = torch.bfloat16,
 ) -> nn.Module:
-    reshard = sharding_strategy in ("FULL_SHARD", "HYBRID_SHARD")
+    reshard = sharding_strategy in (ShardingStrategy.FULL_SHARD, ShardingStrategy.HYBRID_SHARD)
     kwargs: dict[str, Any] = {"mesh": mesh, "reshard_after_forward": reshard}
     if mixed_precision:
         kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
