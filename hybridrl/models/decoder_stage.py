@@ -14,6 +14,7 @@ one value per position).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -27,9 +28,11 @@ BACKBONE_PARTS = ("embed_tokens", "layers", "norm", "rotary_emb")
 class DecoderParts:
     """Where the pieces of a decoder model live (attribute owners, so they can be dropped per stage)."""
 
-    model: nn.Module
-    backbone: nn.Module
-    head_owner: nn.Module
+    # Hugging Face modules whose parts (embed_tokens, layers, norm, rotary_emb, config) are looked up by
+    # name and dropped per stage: typed Any, as nn.Module's attribute access cannot say what they are.
+    model: Any
+    backbone: Any
+    head_owner: Any
     head_name: str  # "lm_head" (logits) or "value_head" (values)
 
     @property
@@ -107,7 +110,7 @@ class DecoderStage(nn.Module):
     def forward(self, x: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         backbone = self.parts.backbone
         config = self.parts.config
-        hidden = backbone.embed_tokens(x) if self.is_first else x
+        hidden: Any = backbone.embed_tokens(x) if self.is_first else x  # a DTensor under sequence parallel
         local = hidden.to_local() if hasattr(hidden, "to_local") else hidden
         batch, seq = attention_mask.shape
         # The masks need only the batch/sequence shape, dtype and device of the embeddings.
@@ -138,7 +141,9 @@ class DecoderStage(nn.Module):
         hidden = backbone.norm(hidden)
         if self.sequence_parallel:
             hidden = hidden.full_tensor()  # the head sees every position
-        out = self.parts.head(hidden)
+        head = self.parts.head
+        assert head is not None, "the last pipeline stage keeps its head"
+        out = head(hidden)
         return out.squeeze(-1) if self.parts.head_name == "value_head" else out
 
     def _to_sequence_shards(self, hidden: torch.Tensor) -> torch.Tensor:

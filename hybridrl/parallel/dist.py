@@ -6,6 +6,7 @@ import datetime
 import logging
 import os
 import socket
+import sys
 
 import torch
 import torch.distributed as dist
@@ -29,12 +30,12 @@ def free_port() -> int:
 
 
 def node_ip() -> str:
-    try:
-        import ray
-
-        return ray.util.get_node_ip_address()
-    except Exception:  # outside Ray (plain multi-process tests)
-        return "127.0.0.1"
+    """This node's address as Ray sees it; loopback for plain multi-process ranks (``run_ranks``), which
+    must not pay for importing Ray."""
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        return str(ray.util.get_node_ip_address())
+    return "127.0.0.1"
 
 
 def init_process_group(

@@ -17,8 +17,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 from torch.distributed.tensor import Replicate
 
+from hybridrl.config.schema import OptimConfig, Precision
 from hybridrl.models.decoder_stage import DecoderStage, decoder_parts, keep_stage, stage_layer_ranges
 from hybridrl.parallel.engine import TrainEngine
 from hybridrl.parallel.layout import MegatronLayout
@@ -35,7 +37,7 @@ def _is_dtensor(tensor: Any) -> bool:
     return hasattr(tensor, "placements")
 
 
-def _local(tensor: torch.Tensor) -> torch.Tensor:
+def _local(tensor: Any) -> torch.Tensor:
     return tensor.to_local() if _is_dtensor(tensor) else tensor
 
 
@@ -80,8 +82,8 @@ class MegatronEngine(TrainEngine):
         sequence_parallel: bool,
         schedule: str = "1F1B",
         num_microbatches: int | None = None,
-        precision: str = "fp32",
-        optim_cfg: Any | None = None,
+        precision: Precision = Precision.fp32,
+        optim_cfg: OptimConfig | None = None,
         loss_scaler: DynamicLossScaler | None = None,
     ) -> None:
         self.layout = layout
@@ -186,18 +188,19 @@ class MegatronEngine(TrainEngine):
 
     def _schedule_for(self, shape: tuple[int, ...], n: int, train: bool, call: _PipelineCall) -> Any:
         """A stage and schedule per input shape: a stage fixes its activation shapes when first run."""
-        from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
-
         self._call = call
         key = (shape, n, train)
         if key not in self._schedules:
             layout = self.layout
             stage = PipelineStage(self.stage, layout.pp_rank, layout.pp_size, self.device, group=self.pp_group)
             schedule_cls = ScheduleGPipe if self.schedule == "GPipe" else Schedule1F1B
-            self._schedules[key] = schedule_cls(
-                stage, n_microbatches=n, loss_fn=lambda out, rows: self._call(out, rows), scale_grads=False
-            )
+            self._schedules[key] = schedule_cls(stage, n_microbatches=n, loss_fn=self._loss, scale_grads=False)
         return self._schedules[key]
+
+    def _loss(self, output: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """The schedules' loss function: the current pass's call (set by ``_schedule_for``)."""
+        assert self._call is not None
+        return self._call(output, rows)
 
     # -- optimizer step ------------------------------------------------------------------------
     def clip_gradients(self, params: list[nn.Parameter], max_norm: float) -> float:
@@ -206,17 +209,19 @@ class MegatronEngine(TrainEngine):
         Written here rather than with ``clip_grad_norm_``: the model mixes DTensor (tensor-parallel) and
         plain (replicated) parameters, and pipeline stages each hold a different part of the model."""
         for p in params:  # e.g. sequence-parallel norm weights: per-rank partial sums until reduced
-            if _is_dtensor(p.grad) and any(pl.is_partial() for pl in p.grad.placements):
-                p.grad = p.grad.redistribute(
-                    placements=[Replicate() if pl.is_partial() else pl for pl in p.grad.placements]
+            grad: Any = p.grad  # a DTensor or a tensor: TrainEngine.step passes only parameters with one
+            if _is_dtensor(grad) and any(pl.is_partial() for pl in grad.placements):
+                p.grad = grad.redistribute(
+                    placements=[Replicate() if pl.is_partial() else pl for pl in grad.placements]
                 )
+        grads: list[Any] = [p.grad for p in params]
         if self.layout.dp_size > 1:
-            self._all_reduce_dp([p.grad for p in params])
+            self._all_reduce_dp(grads)
         sharded = torch.zeros((), dtype=torch.float64, device=self.device)
         replicated = torch.zeros((), dtype=torch.float64, device=self.device)
-        for p in params:
-            sq = _local(p.grad).detach().double().pow(2).sum()
-            if _is_dtensor(p.grad) and any(pl.is_shard() for pl in p.grad.placements):
+        for grad in grads:
+            sq = _local(grad).detach().double().pow(2).sum()
+            if _is_dtensor(grad) and any(pl.is_shard() for pl in grad.placements):
                 sharded += sq
             else:  # equal on every tensor-parallel rank: count once
                 replicated += sq
@@ -228,11 +233,11 @@ class MegatronEngine(TrainEngine):
         norm = math.sqrt(float(total))
         if math.isfinite(norm) and norm > max_norm:
             coef = max_norm / (norm + 1e-6)
-            for p in params:
-                _local(p.grad).mul_(coef)
+            for grad in grads:
+                _local(grad).mul_(coef)
         return norm
 
-    def _all_reduce_dp(self, grads: list[torch.Tensor]) -> None:
+    def _all_reduce_dp(self, grads: list[Any]) -> None:
         """One bucketed all-reduce of every local gradient, averaged over replicas."""
         locals_ = [_local(g) for g in grads]
         flat = torch.cat([g.reshape(-1).float() for g in locals_])
