@@ -158,7 +158,7 @@ class Batch:
         return [*self.tensors.keys(), *self.non_tensors.keys()]
 
     def __contains__(self, key: object) -> bool:
-        return key in list(self.tensors.keys()) or key in self.non_tensors
+        return (isinstance(key, str) and key in self.tensors.keys()) or key in self.non_tensors
 
     def __repr__(self) -> str:
         return (

@@ -14,6 +14,7 @@ method breaks here, at import, not mid-run. Each call's per-rank results (spans,
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from hybridrl.cluster.worker_group import WorkerGroup
@@ -95,19 +96,14 @@ class RewardModelClient(RoleClient):
         return self._dp(RewardModelRole.compute_rm_score, batch)
 
 
-CLIENTS: dict[str, type[RoleClient]] = {
-    client.role: client for client in (ActorRolloutClient, CriticClient, RefClient, RewardModelClient)
-}
-
-
+@dataclass(frozen=True)
 class RoleClients:
     """The driver's handles on every role of the run, typed; a role the config does not need is None."""
 
-    def __init__(self, clients: dict[str, RoleClient]) -> None:
-        self.actor_rollout: ActorRolloutClient = clients["actor_rollout"]  # type: ignore[assignment]
-        self.critic: CriticClient | None = clients.get("critic")  # type: ignore[assignment]
-        self.ref: RefClient | None = clients.get("ref")  # type: ignore[assignment]
-        self.reward_model: RewardModelClient | None = clients.get("reward_model")  # type: ignore[assignment]
+    actor_rollout: ActorRolloutClient
+    critic: CriticClient | None = None
+    ref: RefClient | None = None
+    reward_model: RewardModelClient | None = None
 
     def groups(self) -> list[WorkerGroup]:
         """Each worker group once (colocated roles share one)."""
@@ -116,4 +112,12 @@ class RoleClients:
 
 
 def make_clients(groups: list[WorkerGroup]) -> RoleClients:
-    return RoleClients({role: CLIENTS[role](group) for group in groups for role in group.roles})
+    """One client per role the groups host, on the group that hosts it."""
+    group_of = {role: group for group in groups for role in group.roles}
+    critic, ref, rm = (group_of.get(role) for role in ("critic", "ref", "reward_model"))
+    return RoleClients(
+        actor_rollout=ActorRolloutClient(group_of["actor_rollout"]),
+        critic=CriticClient(critic) if critic is not None else None,
+        ref=RefClient(ref) if ref is not None else None,
+        reward_model=RewardModelClient(rm) if rm is not None else None,
+    )

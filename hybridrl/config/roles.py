@@ -5,16 +5,15 @@ from __future__ import annotations
 from hybridrl.algorithms.advantages import get_adv_estimator
 from hybridrl.config.schema import Config, RewardModelConfig, TrainedRoleConfig
 
-# Role names used in ``resource_pool.mapping``.
-ROLES: tuple[str, ...] = ("actor_rollout", "critic", "ref", "reward_model")
-
-# The config section that holds each role's engine settings (the reference follows the actor's).
+# Each role (the names used in ``resource_pool.mapping``) and the config section that holds its engine
+# settings (the reference follows the actor's).
 ROLE_SECTIONS = {
     "actor_rollout": "actor_rollout_ref.actor",
-    "ref": "actor_rollout_ref.actor",
     "critic": "critic",
+    "ref": "actor_rollout_ref.actor",
     "reward_model": "reward_model",
 }
+ROLES: tuple[str, ...] = tuple(ROLE_SECTIONS)
 
 
 def engine_section(cfg: Config, role: str) -> TrainedRoleConfig | RewardModelConfig:

@@ -235,6 +235,9 @@ class ValKwargsConfig:
     top_k: int = doc(0, "")
     top_p: float = doc(1.0, "")
 
+    def sampling(self) -> SamplingConfig:
+        return SamplingConfig(self.do_sample, self.temperature, self.top_k, self.top_p)
+
 
 @dataclass(frozen=True)
 class SamplingConfig:

@@ -34,9 +34,7 @@ def make_engine(
     scaler = None
     if trained is not None and trained.precision == Precision.fp16:
         scaler = DynamicLossScaler(trained.gradient_scale)
-    strategy = section.strategy if isinstance(section, TrainedRoleConfig) else Strategy.fsdp
-    if strategy == Strategy.megatron:
-        assert isinstance(section, TrainedRoleConfig)
+    if isinstance(section, TrainedRoleConfig) and section.strategy == Strategy.megatron:
         megatron = section.parallel_config.megatron
         layout = MegatronLayout(mesh.size(), megatron.tp_size, megatron.pp_size, mesh.get_rank())
         return MegatronEngine(

@@ -189,9 +189,8 @@ def compute_score(solution_str: str, ground_truth: str) -> float:
     answer = _answer_of(solution_str)
     if answer is None:
         return 0.0
-    truth: str | None = str(ground_truth)
-    if any(c in str(ground_truth) for c in _BOX_COMMANDS):
-        truth = _answer_of(str(ground_truth))
+    text = str(ground_truth)
+    truth = _answer_of(text) if any(c in text for c in _BOX_COMMANDS) else text
     return 1.0 if is_equiv(answer, truth) else 0.0
 
 

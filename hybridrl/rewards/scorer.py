@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Collection
 from typing import Any
 
 from hybridrl.config.schema import Config
@@ -34,10 +34,10 @@ class RewardScorer:
 
     def score(
         self,
-        data_sources: Sequence[str],
-        responses: Sequence[str],
-        ground_truths: Sequence[Any],
-        extra_infos: Sequence[Any] | None = None,
+        data_sources: Collection[str],
+        responses: Collection[str],
+        ground_truths: Collection[Any],
+        extra_infos: Collection[Any] | None = None,
     ) -> tuple[list[float], int]:
         """Scores and the number of samples that failed (0 unless on_error="fail")."""
         extra_infos = extra_infos if extra_infos is not None else [None] * len(responses)

@@ -6,6 +6,7 @@ evaluate (old/ref log-probs, values), advantages (KL in reward + estimator, on t
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 from pathlib import Path
@@ -21,7 +22,7 @@ from hybridrl.checkpoint.manager import CheckpointManager
 from hybridrl.checkpoint.shards import rng_state
 from hybridrl.cluster.ray_cluster import object_store_stats
 from hybridrl.cluster.role_clients import RoleClients
-from hybridrl.config.schema import Config, SamplingConfig
+from hybridrl.config.schema import Config
 from hybridrl.data.dataset import EpochSampler, PromptDataset
 from hybridrl.protocol import Batch
 from hybridrl.rewards.scorer import RewardScorer
@@ -110,8 +111,7 @@ class PPOTrainer:
         if self.estimator.needs_greedy_baseline:
             with self.monitor.phase("gen_max", timings):  # ReMax: the greedy response's reward is the baseline
                 greedy_in = prompts.select(tensor_keys=GEN_KEYS, non_tensor_keys=[], meta_keys=[])
-                rollout = self.cfg.actor_rollout_ref.rollout
-                greedy_sampling = SamplingConfig(False, rollout.temperature, rollout.top_k, rollout.top_p)
+                greedy_sampling = dataclasses.replace(self.cfg.actor_rollout_ref.rollout.sampling(), do_sample=False)
                 greedy_in.meta = {"seed": seed, "sampling": greedy_sampling}
                 greedy = actor.generate(greedy_in)
                 greedy.non_tensors.update(prompts.select(tensor_keys=[], meta_keys=[]).non_tensors)

@@ -26,10 +26,7 @@ class RewardStep:
         total = torch.zeros(len(batch), dtype=torch.float32)
         if self.use_rule:
             scores, failed = self.scorer.score(
-                list(nt["data_source"]),
-                list(nt["response_text"]),
-                list(nt["ground_truth"]),
-                list(nt["extra_info"]) if "extra_info" in nt else None,
+                nt["data_source"], nt["response_text"], nt["ground_truth"], nt.get("extra_info")
             )
             total += torch.tensor(scores, dtype=torch.float32)
             if metrics is not None:

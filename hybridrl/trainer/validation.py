@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from hybridrl.cluster.role_clients import ActorRolloutClient
-from hybridrl.config.schema import Config, SamplingConfig
+from hybridrl.config.schema import Config
 from hybridrl.data.dataset import PromptDataset
 from hybridrl.protocol import Batch
 from hybridrl.seeds import validation_seed
@@ -33,7 +33,7 @@ def run_validation(
 ) -> dict[str, float]:
     val_kwargs = cfg.actor_rollout_ref.rollout.val_kwargs
     n = val_kwargs.n
-    sampling = SamplingConfig(val_kwargs.do_sample, val_kwargs.temperature, val_kwargs.top_k, val_kwargs.top_p)
+    sampling = val_kwargs.sampling()
     chunk = max(1, cfg.data.train_batch_size)
     batches = []
     for start in range(0, len(dataset), chunk):

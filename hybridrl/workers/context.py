@@ -8,6 +8,7 @@ from typing import Any, NamedTuple, Protocol
 
 import torch
 
+from hybridrl.parallel.engine import TrainEngine
 from hybridrl.workers.tracing import SpanRecorder
 
 
@@ -42,7 +43,7 @@ class Role(Protocol):
 class EngineRole:
     """A role whose every method follows its training engine's data-parallel layout."""
 
-    engine: Any
+    engine: TrainEngine
 
     def dp_layout(self, method: str) -> DataLayout:
         return DataLayout(self.engine.dp_rank, self.engine.dp_size, self.engine.collects)
