@@ -82,7 +82,7 @@ def build_engine(world: int, model_dir: str, strategy: str, option) -> object:
         ShardingStrategy,
         Strategy,
     )
-    from hybridrl.models.loader import load_causal_lm
+    from hybridrl.models.loader import empty_causal_lm
     from hybridrl.parallel.factory import make_engine
 
     mesh = init_device_mesh("cpu", (world,))
@@ -99,7 +99,8 @@ def build_engine(world: int, model_dir: str, strategy: str, option) -> object:
             shard_group_size=option if strategy == "HYBRID_SHARD" else None,
         )
         section = dataclasses.replace(section, fsdp=fsdp)
-    return make_engine(load_causal_lm(model_dir), section, mesh=mesh, device=torch.device("cpu"), train=True)
+    model, weights = empty_causal_lm(model_dir)
+    return make_engine(model, section, mesh=mesh, device=torch.device("cpu"), train=True, weights=weights)
 
 
 def worker(

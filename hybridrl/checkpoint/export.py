@@ -8,15 +8,15 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
 
+from hybridrl.checkpoint.dcp_io import read_full_model
 from hybridrl.checkpoint.manager import STATE
-from hybridrl.checkpoint.shards import assemble_full
 from hybridrl.models.loader import load_tokenizer
 
 logger = logging.getLogger(__name__)
 
 
 def export_actor(checkpoint_dir: str | Path, out_dir: str | Path) -> Path:
-    """Reassemble the actor's full weights from every rank's shards and save them with the model's
+    """Read the actor's full weights (either checkpoint format, any layout) and save them with the model's
     config and tokenizer (kept in the checkpoint), loadable with ``from_pretrained``."""
     checkpoint_dir, out_dir = Path(checkpoint_dir), Path(out_dir)
     if not (checkpoint_dir / STATE).exists():
@@ -28,7 +28,7 @@ def export_actor(checkpoint_dir: str | Path, out_dir: str | Path) -> Path:
     hf_meta = actor_dir / "hf"
     if not hf_meta.exists():
         raise FileNotFoundError(f"{checkpoint_dir} has no actor (missing {hf_meta}).")
-    state = assemble_full(actor_dir, prefix="model/")
+    state = read_full_model(actor_dir)
     config = AutoConfig.from_pretrained(hf_meta)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)

@@ -1,9 +1,10 @@
-"""Per-rank checkpoint shards in safetensors + JSON (never pickle), and their reassembly.
+"""Checkpoint format 1 (per-rank shards in safetensors + JSON, never pickle), and RNG states.
 
-Each rank writes the tensors it holds (its DTensor local shards, plain tensors as they are) and a JSON
-index with each tensor's global shape and placements on the device mesh. Loading into the same layout
-copies shards back in place; export reassembles full tensors from the placements, so any layout
-becomes one Hugging Face state dict without starting a distributed job.
+Format 1: each rank wrote the tensors it held (its DTensor local shards, plain tensors as they are) and a
+JSON index with each tensor's global shape and placements on the device mesh, every replica its own copy.
+Such checkpoints still load into the layout that wrote them, and export reassembles full tensors from the
+placements without a distributed job. New checkpoints are format 2 (``hybridrl.checkpoint.dcp_io``); the
+writer stays for tests that build format-1 checkpoints.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def save_engine_shard(
         "rank": rank,
         "world_size": world_size,
         "tensors": {k: _placements(v) for k, v in tensors.items()},
-        **_jsonable(extra),
+        **jsonable(extra),
     }
     (path / f"rank_{rank}.json").write_text(json.dumps(index))
 
@@ -183,15 +184,22 @@ def save_rng(path: Path, name: str) -> None:
     save_file(tensors, str(path / f"{name}.safetensors"))
 
 
-def load_rng(path: Path, name: str) -> None:
-    set_rng_state(json.loads((path / f"{name}.json").read_text()), load_file(str(path / f"{name}.safetensors")))
+def load_rng(path: Path, name: str) -> bool:
+    """Restore the RNG states saved under ``name``; False, changing nothing, when there are none (a
+    checkpoint written by fewer workers than this run has)."""
+    meta = path / f"{name}.json"
+    if not meta.exists():
+        return False
+    set_rng_state(json.loads(meta.read_text()), load_file(str(path / f"{name}.safetensors")))
+    return True
 
 
-def _jsonable(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
+    """``value`` with tensors as numbers or lists and tuples as lists, for ``json.dumps``."""
     if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
+        return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
+        return [jsonable(v) for v in value]
     if torch.is_tensor(value):
         return value.item() if value.numel() == 1 else value.tolist()
     return value

@@ -64,6 +64,15 @@ class Precision(Choice):
     fp16 = "fp16"
 
 
+class DType(Choice):
+    """A weight dtype, spelled as torch and verl spell it; auto = the role's documented default."""
+
+    auto = "auto"
+    float32 = "float32"
+    bfloat16 = "bfloat16"
+    float16 = "float16"
+
+
 class PipelineSchedule(Choice):
     # "1F1B" is not a Python identifier: the member is set through the class namespace (PipelineSchedule["1F1B"]).
     vars()["1F1B"] = "1F1B"
@@ -152,7 +161,18 @@ class FSDPConfig:
     mixed_precision: bool = doc(
         False, "low-precision parameters in compute (bf16, or fp16 with precision=fp16), fp32 reduction"
     )
-    cpu_offload: bool = doc(False, "keep sharded parameters, gradients and optimizer state on the CPU")
+    cpu_offload: bool = doc(
+        False, "FSDP2's CPU offload: sharded parameters, gradients and optimizer step live on the CPU throughout"
+    )
+    param_offload: bool = doc(
+        False, "GPU: move this role's parameters (and gradients) to host memory between the phases that use them"
+    )
+    optimizer_offload: bool = doc(False, "GPU: move the optimizer state to host memory outside the update phase")
+    model_dtype: DType = doc(
+        DType.auto,
+        "dtype the weights are kept in: auto = float32 for trained roles (fp32 masters), bfloat16 for frozen "
+        "ones (ref, reward model) on GPU and float32 on CPU",
+    )
     limit_all_gathers: bool = doc(
         True, "true: one layer's all-gather in flight (FSDP2 default); false: prefetch two layers"
     )
@@ -258,6 +278,13 @@ class RolloutConfig:
     top_k: int = doc(0, "0 = off")
     top_p: float = doc(1.0, "nucleus sampling; 1.0 = off")
     log_prob_micro_batch_size_per_gpu: int = doc(64, "sequences per forward when computing old log-probs")
+    dtype: DType = doc(
+        DType.auto,
+        "generation weights' dtype: auto = bfloat16 on GPU; on CPU bfloat16 if actor.precision=bf16, else float32",
+    )
+    free_cache_engine: bool = doc(
+        True, "GPU: release the generation engine's memory (weights, cache) while training; no effect on CPU"
+    )
     val_kwargs: ValKwargsConfig = section(ValKwargsConfig, "sampling for validation")
 
     def sampling(self) -> SamplingConfig:
@@ -267,6 +294,7 @@ class RolloutConfig:
 @dataclass(frozen=True)
 class RefConfig:
     log_prob_micro_batch_size_per_gpu: int = doc(64, "sequences per forward of the frozen reference policy")
+    param_offload: bool = doc(False, "GPU: keep the reference weights in host memory except during its forward")
 
 
 @dataclass(frozen=True)

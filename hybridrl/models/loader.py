@@ -8,13 +8,17 @@ from pathlib import Path
 import torch
 from torch import nn
 from transformers import (
+    AutoConfig,
     AutoModel,
     AutoModelForCausalLM,
     AutoTokenizer,
+    GenerationConfig,
     PreTrainedModel,
     PreTrainedTokenizerBase,
     PreTrainedTokenizerFast,
 )
+
+from hybridrl.models.weights import WeightSource, params_on_meta
 
 
 def _check_dir(path: str, what: str) -> None:
@@ -54,6 +58,22 @@ def load_causal_lm(path: str, trust_remote_code: bool = False, dtype: torch.dtyp
     return model
 
 
+def empty_causal_lm(
+    path: str, trust_remote_code: bool = False, dtype: torch.dtype = torch.float32
+) -> tuple[PreTrainedModel, WeightSource]:
+    """The causal LM of ``path`` with its parameters on the meta device, and where its weights are."""
+    _check_dir(path, "Model")
+    config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code, local_files_only=True)
+    with params_on_meta():
+        model = AutoModelForCausalLM.from_config(
+            config, dtype=dtype, trust_remote_code=trust_remote_code, attn_implementation="sdpa"
+        )
+    if (Path(path) / "generation_config.json").exists():  # from_pretrained reads it too (EOS ids, sampling)
+        model.generation_config = GenerationConfig.from_pretrained(path, local_files_only=True)
+    model.config.use_cache = False
+    return model, WeightSource(path)
+
+
 class ValueModel(nn.Module):
     """A causal-LM backbone with a scalar value head on every position (the PPO critic)."""
 
@@ -78,6 +98,34 @@ class ValueModel(nn.Module):
         ).last_hidden_state  # (B, T, H)
         # clone: FSDP2 cannot hook a view returned by the root module (it warns of wrong gradients).
         return self.value_head(hidden).squeeze(-1).clone()  # (B, T)
+
+
+def value_head_init(hidden_size: int, init_std: float, seed: int) -> dict[str, torch.Tensor]:
+    """The value head's initial weights: those ``ValueModel`` draws under ``seed`` (same RNG use)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        head = ValueModel(nn.Identity(), hidden_size, init_std).value_head
+    return {f"value_head.{name}": tensor.detach() for name, tensor in head.state_dict().items()}
+
+
+def empty_value_model(
+    path: str, trust_remote_code: bool = False, init_std: float = 0.0, seed: int = 0, dtype: torch.dtype = torch.float32
+) -> tuple[ValueModel, WeightSource]:
+    """The critic with its parameters on the meta device; the backbone reads a causal LM's ``model.*``
+    weights (or a bare backbone's), the value head starts from ``value_head_init``."""
+    _check_dir(path, "Critic model")
+    config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code, local_files_only=True)
+    with params_on_meta():
+        backbone = AutoModel.from_config(
+            config, dtype=dtype, trust_remote_code=trust_remote_code, attn_implementation="sdpa"
+        )
+        model = ValueModel(backbone, config.hidden_size, init_std).to(dtype)
+    source = WeightSource(
+        path,
+        prefixes=(("backbone.", "model."), ("backbone.", "")),
+        initial=lambda: value_head_init(config.hidden_size, init_std, seed),
+    )
+    return model, source
 
 
 def load_value_model(path: str, trust_remote_code: bool = False, init_std: float = 0.0, seed: int = 0) -> ValueModel:

@@ -7,12 +7,14 @@ directory, because it may differ from the policy's.
 
 from __future__ import annotations
 
+import copy
 import logging
 from pathlib import Path
 
 import torch
 from torch import nn
 from transformers import (
+    AutoConfig,
     AutoModelForSequenceClassification,
     PreTrainedModel,
     PreTrainedTokenizerBase,
@@ -21,6 +23,7 @@ from transformers import (
 
 from hybridrl.models.loader import load_tokenizer
 from hybridrl.models.tiny import build_model_config, build_tokenizer
+from hybridrl.models.weights import WeightSource, params_on_meta, safetensors_keys
 
 logger = logging.getLogger(__name__)
 
@@ -88,6 +91,53 @@ def load_reward_model(
     model.config.use_cache = False
     model.eval()
     return model, tokenizer
+
+
+def empty_reward_model(
+    path: str,
+    trust_remote_code: bool = False,
+    *,
+    tokenizer_path: str | None = None,
+    seed: int = 0,
+    dtype: torch.dtype = torch.float32,
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, WeightSource]:
+    """``load_reward_model`` with the parameters on the meta device, and where the weights are; a head the
+    files lack starts from Hugging Face's initialisation under ``seed`` (as ``from_pretrained`` does)."""
+    path = _check_dir(path, "Reward model")
+    tokenizer = load_reward_tokenizer(tokenizer_path or path, trust_remote_code)
+    config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code, local_files_only=True)
+    config.num_labels = 1
+    config.pad_token_id = tokenizer.pad_token_id
+    text_config = config.get_text_config()
+    if text_config is not config:
+        text_config.pad_token_id = tokenizer.pad_token_id
+    config.use_cache = False
+    with params_on_meta():
+        model = AutoModelForSequenceClassification.from_config(
+            config, dtype=dtype, trust_remote_code=trust_remote_code, attn_implementation="sdpa"
+        )
+    model.eval()
+    missing = sorted(set(dict(model.named_parameters())) - safetensors_keys(path))
+    if missing:
+        logger.warning(
+            "Reward model '%s' lacks weights %s: they are randomly initialised (an untrained head?).", path, missing
+        )
+    return model, tokenizer, WeightSource(path, initial=lambda: _initial_values(model, missing, seed))
+
+
+def _initial_values(model: PreTrainedModel, names: list[str], seed: int) -> dict[str, torch.Tensor]:
+    """Full values of the parameters ``names`` under Hugging Face's init, drawn on CPU copies of their
+    (small) modules so that no rank builds the whole model."""
+    owners = sorted({name.rpartition(".")[0] for name in names}, key=list(dict(model.named_modules())).index)
+    values: dict[str, torch.Tensor] = {}
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        for owner in owners:
+            module = copy.deepcopy(model.get_submodule(owner)).to_empty(device="cpu")
+            model._init_weights(module)
+            for name, tensor in module.named_parameters():
+                values[f"{owner}.{name}" if owner else name] = tensor.detach()
+    return {name: values[name] for name in names}
 
 
 def build_tiny_reward_model(

@@ -10,7 +10,7 @@ import contextlib
 import hashlib
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -43,6 +43,9 @@ class TrainEngine:
         self._state_dict_fn = state_dict_fn or (lambda m: m.state_dict())
         self.optimizer: torch.optim.Optimizer | None = None
         self.skipped_steps = 0
+        # Bumped whenever the weights change (an optimizer step, a checkpoint load), so that a consumer
+        # of the weights (the generation engine) can skip a hand-over of weights it already has.
+        self.weights_version = 0
         if optim_cfg is not None:
             self.optimizer = torch.optim.AdamW(
                 [p for p in model.parameters() if p.requires_grad],
@@ -128,6 +131,7 @@ class TrainEngine:
                 logger.warning("Non-finite gradient norm (%s): skipping this optimizer step.", grad_norm)
         else:
             self.optimizer.step()
+            self.weights_version += 1
         if self.loss_scaler is not None:
             self.loss_scaler.update(overflow)
         self.zero_grad()
@@ -145,7 +149,22 @@ class TrainEngine:
         return self.optimizer.param_groups[0]["lr"] if self.optimizer else 0.0
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
+        """The whole model on every rank (export, digests): not for the hand-over, see ``iter_full_weights``."""
         return self._state_dict_fn(self.model)
+
+    def iter_full_weights(self, dtype: torch.dtype | None = None) -> Iterator[tuple[str, torch.Tensor]]:
+        """``(name, full tensor)`` one at a time, on every rank of the group together, each cast to
+        ``dtype`` before its gather: a rank holds at most one full tensor beyond its shards (the
+        streamed hand-over to a generation engine). Tied weights come once, under their first name."""
+        seen: set[int] = set()
+        for name, param in self.model.state_dict(keep_vars=True).items():
+            if id(param) in seen:  # a tied weight: sent once, under its first name
+                continue
+            seen.add(id(param))
+            tensor = param.detach()
+            if dtype is not None and tensor.is_floating_point():
+                tensor = tensor.to(dtype)
+            yield name, tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
 
     def state_digest(self) -> str:
         """A hash of the full weights: equal on every rank when replicas agree."""

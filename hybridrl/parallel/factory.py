@@ -8,6 +8,7 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 
 from hybridrl.config.schema import Precision, RewardModelConfig, ShardingStrategy, Strategy, TrainedRoleConfig
+from hybridrl.models.weights import WeightSource, load_weights, materialize
 from hybridrl.parallel.engine import TrainEngine
 from hybridrl.parallel.fsdp import apply_fsdp, fsdp_mesh, full_state_dict
 from hybridrl.parallel.layout import MegatronLayout
@@ -23,12 +24,16 @@ def make_engine(
     device: torch.device,
     train: bool,
     ranks_per_node: int | None = None,
+    weights: WeightSource | None = None,
 ) -> TrainEngine:
     """Wrap ``model`` with the strategy of its role's ``section``; ``train`` gives it the section's optimizer
     (the reference and reward models are frozen). The reward model's section has no strategy: always FSDP.
 
     ``mesh`` is the group's 1-D mesh; strategies that need another layout (NO_SHARD, HYBRID_SHARD: 2-D;
-    megatron: pp x dp x tp) build it from the same ranks."""
+    megatron: pp x dp x tp) build it from the same ranks.
+
+    With ``weights``, ``model`` is empty (parameters on the meta device): it is sharded first, then each
+    rank allocates and reads only its shards, so no rank ever holds the whole model."""
     trained = section if train and isinstance(section, TrainedRoleConfig) else None
     optim = trained.optim if trained is not None else None
     scaler = None
@@ -47,12 +52,14 @@ def make_engine(
             precision=section.precision,
             optim_cfg=optim,
             loss_scaler=scaler,
+            weights=weights,
         )
     fsdp = section.fsdp
     if fsdp.sharding_strategy in (ShardingStrategy.NO_SHARD, ShardingStrategy.HYBRID_SHARD):
         group = fsdp.shard_group_size or ranks_per_node or mesh.size()
         mesh = fsdp_mesh(device.type, mesh.size(), fsdp.sharding_strategy, group)
-    model = model.to(device)
+    if weights is None:
+        model = model.to(device)
     model = apply_fsdp(
         model,
         mesh,
@@ -62,4 +69,6 @@ def make_engine(
         fsdp.limit_all_gathers,
         param_dtype=torch.float16 if section.precision == Precision.fp16 else torch.bfloat16,
     )
+    if weights is not None:  # FSDP2's CPU offload keeps the sharded parameters on the host
+        load_weights(materialize(model, torch.device("cpu") if fsdp.cpu_offload else device), weights)
     return TrainEngine(model, device, section.precision, optim, state_dict_fn=full_state_dict, loss_scaler=scaler)

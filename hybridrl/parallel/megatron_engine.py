@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -22,6 +22,7 @@ from torch.distributed.tensor import Replicate
 
 from hybridrl.config.schema import OptimConfig, Precision
 from hybridrl.models.decoder_stage import DecoderStage, decoder_parts, keep_stage, stage_layer_ranges
+from hybridrl.models.weights import WeightSource, load_weights, materialize
 from hybridrl.parallel.engine import TrainEngine
 from hybridrl.parallel.layout import MegatronLayout
 from hybridrl.parallel.megatron import apply_tensor_parallel, megatron_mesh
@@ -85,7 +86,10 @@ class MegatronEngine(TrainEngine):
         precision: Precision = Precision.fp32,
         optim_cfg: OptimConfig | None = None,
         loss_scaler: DynamicLossScaler | None = None,
+        weights: WeightSource | None = None,
     ) -> None:
+        """With ``weights``, ``model`` is empty (meta parameters): this rank keeps its stage, shards it over
+        the tensor-parallel ranks, then allocates and reads only its slices."""
         self.layout = layout
         self.schedule = schedule
         self._schedules: dict[tuple, Any] = {}
@@ -101,17 +105,26 @@ class MegatronEngine(TrainEngine):
                 f"pp_size={layout.pp_size}: this model ties its input and output embeddings, which "
                 f"would live on different pipeline stages. Use tp_size, or strategy=fsdp."
             )
-        full = model.state_dict()
-        self._full_meta = {name: (tuple(t.shape), t.dtype) for name, t in full.items()}
+        full = model.state_dict(keep_vars=True)
+        first: dict[int, str] = {}
+        # Tied weights (one tensor, two names) are gathered once and aliased back.
+        self._aliases = {n: first[id(t)] for n, t in full.items() if first.setdefault(id(t), n) != n}
+        self._full_meta = {name: (tuple(t.shape), t.dtype) for name, t in full.items() if name not in self._aliases}
         ranges = stage_layer_ranges(parts.config.num_hidden_layers, layout.pp_size)
-        self._stage_names = [[n for n in full if _stage_of(n, ranges) == s] for s in range(layout.pp_size)]
+        self._stage_of_name = {n: _stage_of(n, ranges) for n in full}
+        self._stage_names = [
+            [n for n, s in self._stage_of_name.items() if s == stage] for stage in range(layout.pp_size)
+        ]
         del full
         keep_stage(parts, ranges[layout.pp_rank], layout.is_first_stage, layout.is_last_stage)
-        model = model.to(device)
+        if weights is None:
+            model = model.to(device)
         tp_mesh = self.mesh["tp"] if layout.tp_size > 1 else None
         self.sequence_parallel = sequence_parallel and tp_mesh is not None
         if tp_mesh is not None:
             apply_tensor_parallel(parts, tp_mesh, self.sequence_parallel)
+        if weights is not None:
+            load_weights(materialize(model, device), weights)
         self.stage = DecoderStage(parts, layout.is_first_stage, layout.is_last_stage, tp_mesh, self.sequence_parallel)
         mine = set(model.state_dict())
         if mine != set(self._stage_names[layout.pp_rank]):
@@ -250,21 +263,26 @@ class MegatronEngine(TrainEngine):
 
     # -- full weights --------------------------------------------------------------------------
     def _gather_full_state(self, model: nn.Module) -> dict[str, torch.Tensor]:
-        """The whole model's Hugging Face state dict on every rank: tensor-parallel shards are gathered
-        within the stage, then each stage broadcasts its tensors along the pipeline."""
-        local = {name: (t.full_tensor() if _is_dtensor(t) else t).detach() for name, t in model.state_dict().items()}
-        if self.layout.pp_size == 1:
-            return local
-        out: dict[str, torch.Tensor] = {}
+        """The whole model's Hugging Face state dict on every rank (export, digests)."""
+        out = dict(self.iter_full_weights())
+        out.update({alias: out[name] for alias, name in self._aliases.items()})
+        return out
+
+    def iter_full_weights(self, dtype: torch.dtype | None = None) -> Iterator[tuple[str, torch.Tensor]]:
+        """Every tensor of the whole model, one at a time on every rank: tensor-parallel shards are cast
+        then gathered within the stage, and the owning stage broadcasts it along the pipeline. Tied
+        weights come once, under their first name."""
+        local = self.model.state_dict()
         layout = self.layout
-        for stage, names in enumerate(self._stage_names):
-            src = (stage * layout.dp_size + layout.dp_rank) * layout.tp_size + layout.tp_rank
-            for name in names:
-                if stage == layout.pp_rank:
-                    tensor = local[name].contiguous()
-                else:
-                    shape, dtype = self._full_meta[name]
-                    tensor = torch.empty(shape, dtype=dtype, device=self.device)
+        for name, (shape, saved_dtype) in self._full_meta.items():
+            stage = self._stage_of_name[name]
+            out_dtype = dtype if dtype is not None and saved_dtype.is_floating_point else saved_dtype
+            if stage == layout.pp_rank:
+                tensor = local[name].detach().to(out_dtype)
+                tensor = (tensor.full_tensor() if _is_dtensor(tensor) else tensor).contiguous()
+            else:
+                tensor = torch.empty(shape, dtype=out_dtype, device=self.device)
+            if layout.pp_size > 1:
+                src = (stage * layout.dp_size + layout.dp_rank) * layout.tp_size + layout.tp_rank
                 dist.broadcast(tensor, src=src, group=self.pp_group)
-                out[name] = tensor
-        return {name: out[name] for name in self._full_meta}
+            yield name, tensor

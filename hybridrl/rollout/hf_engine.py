@@ -3,12 +3,21 @@
 FSDP-sharded modules all-gather inside every forward, so ranks that stop generating at different
 times would deadlock; generating on a plain module after an explicit, timed weight hand-over keeps
 ranks independent during rollout (the same reason verl hands weights to vLLM).
+
+The engine keeps the rollout interface an inference engine (vLLM, SGLang) has: ``load_weights`` from an
+iterator of ``(name, tensor)`` (the trainer streams them one at a time), ``release``/``resume`` of its
+memory between rollouts, and ``generate``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import torch
 from transformers import PreTrainedModel
+
+from hybridrl.models.weights import materialize
+from hybridrl.parallel.offload import HOST, move_module
 
 
 def response_mask_from(
@@ -34,18 +43,59 @@ def position_ids_from(attention_mask: torch.Tensor) -> torch.Tensor:
 
 
 class HFRolloutEngine:
-    def __init__(self, model: PreTrainedModel, pad_token_id: int, eos_token_id: int | list[int] | None) -> None:
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        pad_token_id: int,
+        eos_token_id: int | list[int] | None,
+        *,
+        free_cache: bool = False,
+    ) -> None:
+        """``free_cache``: move the weights to host memory between rollouts (only where the model lives on
+        an accelerator: on the host there is nothing to free)."""
         self.model = model.eval()
         self.model.requires_grad_(False)
         self.pad_token_id = pad_token_id
         self.eos_token_id = eos_token_id
+        self.device = next(model.parameters()).device
+        self.free_cache = free_cache and self.device != HOST
+        self.released = False
 
     @torch.no_grad()
-    def load_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
-        missing, unexpected = self.model.load_state_dict(state_dict, strict=False)
-        # Tied or buffer-only entries may differ by name between layouts; real parameters must not.
-        if unexpected or [k for k in missing if not k.endswith("rotary_emb.inv_freq")]:
-            raise RuntimeError(f"Weight hand-over mismatch: missing={missing} unexpected={unexpected}")
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Copy each ``(name, tensor)`` into the model as it arrives (cast to the model's dtype), so the
+        sender can free it at once; every parameter must arrive, and no unknown name."""
+        targets = dict(self.model.state_dict(keep_vars=True))
+        params = {name for name, _ in self.model.named_parameters()}  # a tied weight under its first name
+        unexpected = []
+        for name, tensor in weights:
+            target = targets.get(name)
+            if target is None:
+                unexpected.append(name)
+                continue
+            target.data.copy_(tensor)
+            params.discard(name)
+        if unexpected or params:
+            raise RuntimeError(
+                f"Weight hand-over mismatch: the trainer sent unknown {sorted(unexpected)[:4]} and did not "
+                f"send {sorted(params)[:4]}: the training and generation models differ."
+            )
+
+    def release(self) -> None:
+        """Free the engine's device memory until ``resume`` (its weights wait in host memory)."""
+        if self.free_cache and not self.released:
+            move_module(self.model, HOST)
+            torch.cuda.empty_cache()
+            self.released = True
+
+    def resume(self, keep_weights: bool = True) -> None:
+        """Back on the device; ``keep_weights=False`` (a hand-over follows) allocates without copying."""
+        if self.released:
+            if keep_weights:
+                move_module(self.model, self.device)
+            else:
+                materialize(self.model, self.device)
+            self.released = False
 
     @torch.no_grad()
     def generate(

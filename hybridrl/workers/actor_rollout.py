@@ -9,14 +9,15 @@ from pathlib import Path
 import torch
 
 from hybridrl.algorithms.losses import agg_loss, compute_kl_loss, get_policy_loss
-from hybridrl.config.schema import ActorConfig, Config, ModelConfig, Precision, RolloutConfig
-from hybridrl.models.loader import load_causal_lm, load_tokenizer
+from hybridrl.config.schema import ActorConfig, Config, ModelConfig, RolloutConfig
+from hybridrl.models.loader import empty_causal_lm, load_tokenizer
+from hybridrl.models.weights import materialize
+from hybridrl.parallel.dtypes import rollout_dtype, weights_dtype
 from hybridrl.parallel.engine import state_digest
-from hybridrl.parallel.factory import make_engine
 from hybridrl.protocol import Batch
 from hybridrl.rollout.hf_engine import HFRolloutEngine
 from hybridrl.seeds import rank_sampling_seed
-from hybridrl.workers.context import DataLayout, EngineRole, WorkerContext
+from hybridrl.workers.context import DataLayout, EngineRole, WorkerContext, build_engine
 from hybridrl.workers.forward import micro_batches, ppo_update, response_log_probs
 
 logger = logging.getLogger(__name__)
@@ -37,21 +38,33 @@ class ActorRolloutRole(EngineRole):
         self.rollout_cfg = rollout
         self.max_response_length = max_response_length
         self.tokenizer = load_tokenizer(ctx.tokenizer_path, model.trust_remote_code)
-        self.engine = make_engine(
-            load_causal_lm(ctx.model_path, model.trust_remote_code),
+        # Built empty and filled shard by shard: no rank holds the whole fp32 model.
+        dtype = weights_dtype(actor.fsdp.model_dtype, trained=True, device=ctx.device)
+        empty, weights = empty_causal_lm(ctx.model_path, model.trust_remote_code, dtype)
+        self.engine, self.offload = build_engine(
+            empty,
+            weights,
             actor,
-            mesh=ctx.mesh,
-            device=ctx.device,
+            ctx,
             train=True,
-            ranks_per_node=ctx.ranks_per_node,
+            what="actor",
+            param_offload=actor.fsdp.param_offload,
+            optimizer_offload=actor.fsdp.optimizer_offload,
         )
-        rollout_dtype = torch.bfloat16 if actor.precision == Precision.bf16 else torch.float32
-        rollout_model = load_causal_lm(ctx.model_path, model.trust_remote_code, dtype=rollout_dtype)
+        # The generation copy is allocated empty in its own dtype and filled by the first hand-over.
+        self.rollout_dtype = rollout_dtype(rollout.dtype, actor.precision, ctx.device)
+        rollout_model, _ = empty_causal_lm(ctx.model_path, model.trust_remote_code, self.rollout_dtype)
+        materialize(rollout_model, ctx.device)
         self.rollout = HFRolloutEngine(
-            rollout_model.to(ctx.device),  # type: ignore[arg-type]  # transformers' typing of Module.to
+            rollout_model,
             self.tokenizer.pad_token_id,
             rollout_model.generation_config.eos_token_id or self.tokenizer.eos_token_id,
+            free_cache=rollout.free_cache_engine,
         )
+        self._synced_version: int | None = None
+        self.sync_weights()
+        self.rollout.release()
+        self.offload.offload()
 
     @classmethod
     def from_config(cls, cfg: Config, ctx: WorkerContext) -> ActorRolloutRole:
@@ -60,14 +73,25 @@ class ActorRolloutRole(EngineRole):
 
     # -- rollout -------------------------------------------------------------------------------
     def sync_weights(self) -> None:
-        """Hand the trained weights to the generation engine (timed as its own span)."""
-        with self.ctx.recorder.span("weight_sync"):
-            self.rollout.load_weights(self.engine.full_state_dict())
+        """Stream the trained weights to the generation engine, one tensor at a time in its dtype (timed
+        as its own span); skipped when it already has these weights (validation, DAPO's extra rounds,
+        ReMax's greedy pass reuse the last hand-over)."""
+        if self._synced_version == self.engine.weights_version:
+            return
+        self._synced_version = None  # until the hand-over completes, the generation copy is not valid
+        self.rollout.resume(keep_weights=False)
+        with self.ctx.recorder.span("weight_sync"), self.offload.resident():
+            self.rollout.load_weights(self.engine.iter_full_weights(self.rollout_dtype))
+        self._synced_version = self.engine.weights_version
 
     def generate(self, batch: Batch) -> Batch:
         self.sync_weights()
-        with self.ctx.recorder.span("generate_worker"):
-            return self._generate(batch)
+        self.rollout.resume()
+        try:
+            with self.ctx.recorder.span("generate_worker"):
+                return self._generate(batch)
+        finally:
+            self.rollout.release()
 
     def _generate(self, batch: Batch) -> Batch:
         seed = rank_sampling_seed(int(batch.meta.get("seed", 0)), self.ctx.rank)
@@ -96,9 +120,10 @@ class ActorRolloutRole(EngineRole):
     def compute_log_prob(self, batch: Batch) -> Batch | None:
         micro = self.rollout_cfg.log_prob_micro_batch_size_per_gpu
         temperature = self.rollout_cfg.temperature
-        out = self.engine.forward_micro_batches(
-            micro_batches(batch, micro), lambda logits, mb: response_log_probs(logits, mb, temperature, True)
-        )
+        with self.offload.resident():
+            out = self.engine.forward_micro_batches(
+                micro_batches(batch, micro), lambda logits, mb: response_log_probs(logits, mb, temperature, True)
+            )
         if not out:  # an early pipeline stage: the last stage holds the result
             return None
         return Batch.from_dict(
@@ -146,11 +171,13 @@ class ActorRolloutRole(EngineRole):
             return loss, row
 
         mini = cfg.ppo_mini_batch_size * self.rollout_cfg.n // self.engine.dp_size
-        return ppo_update(self.engine, batch, cfg, mini, int(batch.meta.get("seed", 0)), micro_loss, "actor")
+        with self.offload.resident(optimizer=True):
+            return ppo_update(self.engine, batch, cfg, mini, int(batch.meta.get("seed", 0)), micro_loss, "actor")
 
     # -- inspection and export -----------------------------------------------------------------
     def state_digest(self) -> dict[str, str]:
-        return {"train": self.engine.state_digest(), "rollout": state_digest(self.rollout.model.state_dict())}
+        with self.offload.resident():
+            return {"train": self.engine.state_digest(), "rollout": state_digest(self.rollout.model.state_dict())}
 
     def save_hf_metadata(self, out_dir: str) -> None:
         """Config, generation config and tokenizer: what an export needs besides the weights."""
@@ -159,9 +186,12 @@ class ActorRolloutRole(EngineRole):
         self.tokenizer.save_pretrained(out_dir)
 
     def save_hf(self, out_dir: str) -> str | None:
-        """Write the actor as a Hugging Face directory (rank 0 writes; every rank gathers)."""
-        state = self.engine.full_state_dict()
-        if self.ctx.rank != 0:
+        """Write the actor as a Hugging Face directory: the weights stream to every rank one tensor at a
+        time, and only rank 0 keeps them (in host memory) to write."""
+        with self.offload.resident():
+            keep = self.ctx.rank == 0
+            state = {name: tensor.cpu() for name, tensor in self.engine.iter_full_weights() if keep}
+        if not keep:
             return None
         Path(out_dir).mkdir(parents=True, exist_ok=True)
         # The training weights (fp32 masters), not the generation copy, which may be bf16.

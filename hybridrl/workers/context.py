@@ -8,7 +8,11 @@ from typing import Any, NamedTuple, Protocol
 
 import torch
 
+from hybridrl.config.schema import RewardModelConfig, TrainedRoleConfig
+from hybridrl.models.weights import WeightSource
 from hybridrl.parallel.engine import TrainEngine
+from hybridrl.parallel.factory import make_engine
+from hybridrl.parallel.offload import Offloader
 from hybridrl.workers.tracing import SpanRecorder
 
 
@@ -41,9 +45,47 @@ class Role(Protocol):
 
 
 class EngineRole:
-    """A role whose every method follows its training engine's data-parallel layout."""
+    """A role whose every method follows its training engine's data-parallel layout, and whose engine
+    waits in host memory between its phases where ``offload`` says so."""
 
     engine: TrainEngine
+    offload: Offloader
 
     def dp_layout(self, method: str) -> DataLayout:
         return DataLayout(self.engine.dp_rank, self.engine.dp_size, self.engine.collects)
+
+
+def build_engine(
+    model: Any,
+    weights: WeightSource,
+    section: TrainedRoleConfig | RewardModelConfig,
+    ctx: WorkerContext,
+    *,
+    train: bool,
+    what: str,
+    param_offload: bool,
+    optimizer_offload: bool = False,
+) -> tuple[TrainEngine, Offloader]:
+    """A role's engine from its empty ``model`` (sharded, then filled from ``weights``), and the offloader
+    that keeps it in host memory between the role's phases (the role offloads it once it is ready)."""
+    engine = make_engine(
+        model,
+        section,
+        mesh=ctx.mesh,
+        device=ctx.device,
+        train=train,
+        ranks_per_node=ctx.ranks_per_node,
+        weights=weights,
+    )
+    if not train:
+        engine.model.eval()
+    offload = Offloader(
+        engine.model,
+        engine.optimizer,
+        ctx.device,
+        params=param_offload,
+        optimizer_state=optimizer_offload,
+        what=what,
+        span=ctx.recorder.span,
+    )
+    return engine, offload

@@ -7,11 +7,11 @@ import torch
 from hybridrl.algorithms.losses import compute_value_loss
 from hybridrl.algorithms.utils import masked_mean
 from hybridrl.config.schema import Config, CriticConfig
-from hybridrl.models.loader import load_value_model
-from hybridrl.parallel.factory import make_engine
+from hybridrl.models.loader import empty_value_model
+from hybridrl.parallel.dtypes import weights_dtype
 from hybridrl.protocol import Batch
 from hybridrl.seeds import critic_update_seed
-from hybridrl.workers.context import EngineRole, WorkerContext
+from hybridrl.workers.context import EngineRole, WorkerContext, build_engine
 from hybridrl.workers.forward import micro_batches, ppo_update, response_values
 
 
@@ -21,12 +21,24 @@ class CriticRole(EngineRole):
         self.cfg = cfg
         self.n = n
         self.ctx = ctx
-        model = load_value_model(
-            cfg.model.path or ctx.model_path, trust_remote_code, cfg.model.value_head_init_std, seed
+        model, weights = empty_value_model(
+            cfg.model.path or ctx.model_path,
+            trust_remote_code,
+            cfg.model.value_head_init_std,
+            seed,
+            weights_dtype(cfg.fsdp.model_dtype, trained=True, device=ctx.device),
         )
-        self.engine = make_engine(
-            model, cfg, mesh=ctx.mesh, device=ctx.device, train=True, ranks_per_node=ctx.ranks_per_node
+        self.engine, self.offload = build_engine(
+            model,
+            weights,
+            cfg,
+            ctx,
+            train=True,
+            what="critic",
+            param_offload=cfg.fsdp.param_offload,
+            optimizer_offload=cfg.fsdp.optimizer_offload,
         )
+        self.offload.offload()
 
     @classmethod
     def from_config(cls, cfg: Config, ctx: WorkerContext) -> CriticRole:
@@ -39,9 +51,10 @@ class CriticRole(EngineRole):
         )
 
     def compute_values(self, batch: Batch) -> Batch | None:
-        out = self.engine.forward_micro_batches(
-            micro_batches(batch, self.cfg.forward_micro_batch_size_per_gpu), response_values
-        )
+        with self.offload.resident():
+            out = self.engine.forward_micro_batches(
+                micro_batches(batch, self.cfg.forward_micro_batch_size_per_gpu), response_values
+            )
         if not out:  # an early pipeline stage: the last stage holds the result
             return None
         return Batch.from_dict(tensors={"values": torch.cat([v.cpu() for v in out]) * batch.tensors["response_mask"]})
@@ -67,9 +80,11 @@ class CriticRole(EngineRole):
             }
 
         mini = cfg.ppo_mini_batch_size * self.n // self.engine.dp_size
-        return ppo_update(
-            self.engine, batch, cfg, mini, critic_update_seed(int(batch.meta.get("seed", 0))), micro_loss, "critic"
-        )
+        with self.offload.resident(optimizer=True):
+            return ppo_update(
+                self.engine, batch, cfg, mini, critic_update_seed(int(batch.meta.get("seed", 0))), micro_loss, "critic"
+            )
 
     def state_digest(self) -> dict[str, str]:
-        return {"train": self.engine.state_digest()}
+        with self.offload.resident():
+            return {"train": self.engine.state_digest()}

@@ -21,10 +21,10 @@ import torch
 import torch.distributed as dist
 
 from hybridrl.config.schema import Config, RewardModelConfig
-from hybridrl.models.reward_model import load_reward_model
-from hybridrl.parallel.factory import make_engine
+from hybridrl.models.reward_model import empty_reward_model
+from hybridrl.parallel.dtypes import weights_dtype
 from hybridrl.protocol import Batch
-from hybridrl.workers.context import EngineRole, WorkerContext
+from hybridrl.workers.context import EngineRole, WorkerContext, build_engine
 from hybridrl.workers.forward import micro_batches
 
 
@@ -35,16 +35,17 @@ class RewardModelRole(EngineRole):
         self.ctx = ctx
         self.max_length = cfg.max_length
         self.micro = cfg.micro_batch_size_per_gpu
-        model, self.tokenizer = load_reward_model(
+        model, self.tokenizer, weights = empty_reward_model(
             str(cfg.model.path),  # validated at load; a missing path names itself ('None')
             cfg.model.trust_remote_code,
             tokenizer_path=cfg.model.tokenizer_path,
             seed=seed,
+            dtype=weights_dtype(cfg.fsdp.model_dtype, trained=False, device=ctx.device),
         )
-        self.engine = make_engine(
-            model, cfg, mesh=ctx.mesh, device=ctx.device, train=False, ranks_per_node=ctx.ranks_per_node
+        self.engine, self.offload = build_engine(
+            model, weights, cfg, ctx, train=False, what="reward model", param_offload=cfg.fsdp.param_offload
         )
-        self.engine.model.eval()
+        self.offload.offload()
 
     @classmethod
     def from_config(cls, cfg: Config, ctx: WorkerContext) -> RewardModelRole:
@@ -115,10 +116,11 @@ class RewardModelRole(EngineRole):
             raise RuntimeError("compute_rm_score failed on another rank (see its error).")
         dummy = torch.full((1, 1), self.tokenizer.pad_token_id, dtype=torch.long)
         scores = []
-        for i in range(steps):
-            if i < len(encoded):
-                scores.append(self._forward(encoded[i]["input_ids"], encoded[i]["attention_mask"]))
-            else:
-                self._forward(dummy, torch.ones_like(dummy))
+        with self.offload.resident():
+            for i in range(steps):
+                if i < len(encoded):
+                    scores.append(self._forward(encoded[i]["input_ids"], encoded[i]["attention_mask"]))
+                else:
+                    self._forward(dummy, torch.ones_like(dummy))
         rm_scores = torch.cat(scores) if scores else torch.zeros(0, dtype=torch.float32)
         return Batch.from_dict(tensors={"rm_scores": rm_scores})

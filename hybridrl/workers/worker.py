@@ -17,11 +17,12 @@ import ray
 import torch
 from torch.distributed.device_mesh import init_device_mesh
 
-from hybridrl.checkpoint.shards import load_engine_shard, load_rng, save_engine_shard, save_rng
+from hybridrl.checkpoint.dcp_io import load_engine, save_engine
+from hybridrl.checkpoint.shards import load_rng, save_rng
 from hybridrl.config.schema import Config, Device
 from hybridrl.logging_utils import quiet_libraries
 from hybridrl.parallel import dist as hdist
-from hybridrl.parallel.engine import TrainEngine
+from hybridrl.parallel.host_memory import return_freed_memory
 from hybridrl.perf.utilization import ProcessSampler
 from hybridrl.workers.actor_rollout import ActorRolloutRole
 from hybridrl.workers.context import DataLayout, EngineRole, Role, WorkerContext
@@ -62,6 +63,7 @@ class Worker:
         self.recorder = SpanRecorder()
         self.device: torch.device | None = None
         torch.set_num_threads(max(1, num_threads))
+        return_freed_memory()
         quiet_libraries()
 
     def node_info(self) -> dict[str, Any]:
@@ -139,33 +141,43 @@ class Worker:
         return CallResult(value, span, self.recorder.drain(), sampler.stop())
 
     def save_checkpoint(self, directory: str) -> CallResult:
-        """Write this rank's trainable shards (model + optimizer) and RNG states under ``directory``."""
+        """Write the trainable roles' model and optimizer shards (each shard once over the group) and
+        this rank's RNG states under ``directory``."""
         return self._timed("save_checkpoint", self._save_checkpoint, Path(directory))
 
     def load_checkpoint(self, directory: str) -> CallResult:
         return self._timed("load_checkpoint", self._load_checkpoint, Path(directory))
 
-    def _trainable(self) -> dict[str, TrainEngine]:
+    def _trainable(self) -> dict[str, EngineRole]:
         return {
-            name: role.engine
+            name: role
             for name, role in self.roles.items()
             if isinstance(role, EngineRole) and role.engine.optimizer is not None
         }
 
     def _save_checkpoint(self, directory: Path) -> None:
-        for name, engine in self._trainable().items():
-            assert engine.optimizer is not None
-            save_engine_shard(engine.model, engine.optimizer, directory / name, self.rank, self.world_size)
+        for name, role in self._trainable().items():
+            assert role.engine.optimizer is not None
+            with role.offload.resident(optimizer=True):
+                save_engine(role.engine.model, role.engine.optimizer, directory / name)
         actor = self.roles.get("actor_rollout")
         if isinstance(actor, ActorRolloutRole) and self.rank == 0:
             actor.save_hf_metadata(str(directory / "actor_rollout" / "hf"))
         save_rng(directory / "rng", f"{'+'.join(self.role_names)}_rank_{self.rank}")
 
     def _load_checkpoint(self, directory: Path) -> None:
-        for name, engine in self._trainable().items():
-            assert engine.optimizer is not None
-            load_engine_shard(engine.model, engine.optimizer, directory / name, self.rank, self.world_size)
-        load_rng(directory / "rng", f"{'+'.join(self.role_names)}_rank_{self.rank}")
+        for name, role in self._trainable().items():
+            assert role.engine.optimizer is not None
+            with role.offload.resident(optimizer=True):
+                load_engine(role.engine.model, role.engine.optimizer, directory / name, self.rank, self.world_size)
+            role.engine.weights_version += 1  # new weights: the next generate hands them over
+        if not load_rng(directory / "rng", f"{'+'.join(self.role_names)}_rank_{self.rank}"):
+            logger.warning(
+                "Checkpoint %s has no RNG state for rank %d (written by fewer workers or other role placements): "
+                "this rank keeps its seeded RNG, so the run resumes, but not bitwise as it would have continued.",
+                directory,
+                self.rank,
+            )
 
     def teardown(self) -> None:
         self.roles.clear()

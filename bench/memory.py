@@ -1,0 +1,269 @@
+"""Benchmark: each rank's peak memory per phase (load, weight hand-over, a PPO step, a GRPO step) on 1, 2
+and 4 CPU workers, next to what the memory model predicts. A figure, not a test.
+
+    .venv/bin/python bench/memory.py [--workers 1 2 4] [--hidden 1024 --layers 16 ...]
+    python bench/memory.py --device cuda --workers 1 --hidden 896 --layers 24 --heads 14 --kv-heads 2 --ffn 4864
+
+GPU mode (``--device cuda``, one GPU per rank, NCCL): the peak is ``torch.cuda.max_memory_allocated``
+(reset per phase), the runtime term is 0 (the CUDA context is not counted), and the copies take their
+GPU dtypes: bf16 generation copy and reference (b_gen = b_ref = 2). The second command is a
+Qwen2.5-0.5B-shaped model (its 151k vocabulary aside: the built-in tokenizer's is small).
+
+The roles run as in a colocated worker (actor + critic for PPO, actor + reference for GRPO with a KL loss),
+on gloo ranks without Ray. A phase's peak is the process's RSS high-water mark (``VmHWM``), reset before
+each phase through ``/proc/self/clear_refs``. The prediction, per rank of W, in bytes (P parameters, b
+bytes per element of each copy):
+
+    runtime (RSS before any model is built)
+    + sharded state:  actor P*4/W (+ gradients P*4/W and Adam 2*P*4/W once it has stepped)
+                      + reference P*b_ref/W, or critic like the actor
+    + generation copy: P*b_gen (whole, on every rank: the HF engine generates without collectives)
+    + one bucket: the largest tensor in the generation dtype plus its fp32 gather (the streamed hand-over)
+    + at load: the file pages of the slices a role reads (P*4/W), mapped while it reads them
+    + in a step: one decoder layer gathered (FSDP2 working set: parameters and gradients) and the
+      activations autograd keeps: tokens/W x layers x (6*hidden + 2*kv_dim + 4*ffn) x 4 bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from hybridrl.config.loader import load_config
+from hybridrl.models.loader import empty_causal_lm
+from hybridrl.models.tiny import ensure_tiny_model
+from hybridrl.parallel.launch import run_ranks
+from hybridrl.protocol import Batch
+
+logger = logging.getLogger("bench.memory")
+GB = 1e9
+PROMPTS, SAMPLES, PROMPT_LEN, RESPONSE_LEN = 4, 2, 16, 16
+
+
+def _status_kb(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"/proc/self/status has no {field}")
+
+
+def reset_peak() -> None:
+    """Reset the high-water mark to the current RSS (Linux: ``echo 5 > /proc/self/clear_refs``)."""
+    Path("/proc/self/clear_refs").write_text("5")
+
+
+def peak_bytes() -> int:
+    return _status_kb("VmHWM") * 1024
+
+
+def rss_bytes() -> int:
+    return _status_kb("VmRSS") * 1024
+
+
+def rollout_batch(vocab: int, seed: int) -> Batch:
+    g = torch.Generator().manual_seed(seed)
+    rows = PROMPTS * SAMPLES
+    return Batch.from_dict(
+        tensors={
+            "input_ids": torch.randint(3, vocab, (rows, PROMPT_LEN), generator=g),
+            "attention_mask": torch.ones(rows, PROMPT_LEN, dtype=torch.long),
+        },
+        meta={"seed": seed},
+    )
+
+
+def training_batch(generated: Batch, old: Batch, ref: Batch | None, values: Batch | None) -> Batch:
+    tensors = dict(generated.tensors)
+    tensors["old_log_probs"] = old.tensors["old_log_probs"]
+    shape = tensors["response_mask"].shape
+    tensors["advantages"] = torch.randn(shape)
+    tensors["ref_log_probs"] = ref.tensors["ref_log_probs"] if ref is not None else old.tensors["old_log_probs"]
+    if values is not None:
+        tensors["values"] = values.tensors["values"]
+        tensors["returns"] = torch.randn(shape)
+    return Batch.from_dict(tensors=tensors, meta={"seed": 0})
+
+
+class Meter:
+    """Peak memory per phase: the process's RSS on CPU, the allocator's peak on a GPU."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+
+    def now(self) -> float:
+        return float(rss_bytes()) if self.device.type == "cpu" else 0.0
+
+    def reset(self) -> None:
+        if self.device.type == "cpu":
+            reset_peak()
+        else:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+
+    def peak(self) -> float:
+        if self.device.type == "cpu":
+            return float(peak_bytes())
+        torch.cuda.synchronize()
+        return float(torch.cuda.max_memory_allocated())
+
+
+def measure_on_rank(rank: int, world_size: int, model_path: str, algorithm: str, out_dir: str, device: str) -> None:
+    """One algorithm's phases on this rank; writes ``{phase: peak bytes}`` and the runtime's memory."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from hybridrl.workers.actor_rollout import ActorRolloutRole
+    from hybridrl.workers.context import WorkerContext
+    from hybridrl.workers.critic import CriticRole
+    from hybridrl.workers.ref import RefRole
+
+    rows = PROMPTS * SAMPLES
+    cfg = load_config(
+        [
+            f"data.train_batch_size={PROMPTS}",
+            f"data.max_prompt_length={PROMPT_LEN}",
+            f"data.max_response_length={RESPONSE_LEN}",
+            f"actor_rollout_ref.rollout.n={SAMPLES}",
+            f"actor_rollout_ref.actor.ppo_mini_batch_size={PROMPTS}",
+            f"critic.ppo_mini_batch_size={PROMPTS}",
+            f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={rows // world_size}",
+            f"critic.ppo_micro_batch_size_per_gpu={rows // world_size}",
+            "actor_rollout_ref.actor.ppo_epochs=1",
+            "critic.ppo_epochs=1",
+            f"actor_rollout_ref.actor.use_kl_loss={str(algorithm == 'grpo').lower()}",
+            f"resource_pool.pools.global_pool.GPU={world_size}",
+        ]
+    )
+    where = torch.device(device, rank) if device == "cuda" else torch.device(device)
+    ctx = WorkerContext(rank, world_size, where, init_device_mesh(device, (world_size,)), model_path, model_path)
+    meter = Meter(where)
+    peaks: dict[str, float] = {"runtime": meter.now()}
+
+    meter.reset()
+    actor = ActorRolloutRole.from_config(cfg, ctx)
+    other = RefRole.from_config(cfg, ctx) if algorithm == "grpo" else CriticRole.from_config(cfg, ctx)
+    peaks["load"] = meter.peak()
+
+    meter.reset()
+    actor.engine.weights_version += 1  # force a full hand-over, as after an update
+    actor.sync_weights()
+    peaks["hand-over"] = meter.peak()
+
+    def phase(name: str, fn: Any) -> Any:
+        meter.reset()
+        out = fn()
+        peaks[name] = meter.peak()
+        return out
+
+    prompts = rollout_batch(len(actor.tokenizer), seed=1).split(world_size)[rank]
+    generated = phase("generate", lambda: actor.generate(prompts))
+    old = phase("log-probs", lambda: actor.compute_log_prob(generated))
+    if isinstance(other, RefRole):
+        ref = phase("ref", lambda: other.compute_ref_log_prob(generated))
+        batch = training_batch(generated, old, ref, None)
+        phase("update", lambda: actor.update_actor(batch))
+    else:
+        values = phase("values", lambda: other.compute_values(generated))
+        batch = training_batch(generated, old, None, values)
+        phase("update", lambda: actor.update_actor(batch))
+        phase("update critic", lambda: other.update_critic(batch))
+    Path(out_dir, f"{algorithm}_w{world_size}_r{rank}.json").write_text(json.dumps(peaks))
+
+
+def predicted(model_path: str, world_size: int, algorithm: str, runtime: float, device: str) -> dict[str, float]:
+    """The memory model's bytes per rank for each phase (see the module docstring)."""
+    model, _ = empty_causal_lm(model_path)
+    config = model.config
+    params = sum(p.numel() for p in model.parameters())
+    largest = max(p.numel() for p in model.parameters())
+    layer = sum(p.numel() for p in model.model.layers[0].parameters())
+    fp32 = 4  # trained roles keep fp32 masters
+    # Defaults of the generation copy and the frozen reference: fp32 on CPU, bf16 on a GPU.
+    gen_bytes = ref_bytes = 4 if device == "cpu" else 2
+    kv_dim = config.num_key_value_heads * config.hidden_size // config.num_attention_heads
+    per_token = config.num_hidden_layers * (6 * config.hidden_size + 2 * kv_dim + 4 * config.intermediate_size)
+    tokens = PROMPTS * SAMPLES * (PROMPT_LEN + RESPONSE_LEN) / world_size
+    actor_params = params * fp32 / world_size
+    other_params = params * (fp32 if algorithm == "ppo" else ref_bytes) / world_size  # critic or reference
+    generation = params * gen_bytes
+    bucket = largest * (gen_bytes + fp32)
+    working = 2 * layer * fp32  # one gathered layer and its unsharded gradient
+    activations = tokens * per_token * fp32
+    resident = runtime + actor_params + other_params + generation  # before the first optimizer step
+    # The first update allocates the actor's gradients and Adam moments (3 more copies of its shard); a
+    # trained critic's come with its own update, after the actor's.
+    updated = resident + 3 * actor_params
+    forward = "ref" if algorithm == "grpo" else "values"  # the other role's forward
+    out = {
+        "load": resident + bucket + actor_params,  # + the file pages of the slices read, mapped meanwhile
+        "hand-over": resident + bucket,
+        "generate": resident,
+        "log-probs": resident + working,
+        forward: resident + working,
+        "update": updated + working + activations,
+    }
+    if algorithm == "ppo":
+        out["update critic"] = updated + 3 * other_params + working + activations
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--hidden", type=int, default=1024)
+    parser.add_argument("--layers", type=int, default=16)
+    parser.add_argument("--heads", type=int, default=16)
+    parser.add_argument("--kv-heads", type=int, default=4)
+    parser.add_argument("--ffn", type=int, default=4096)
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--algorithms", nargs="+", choices=["ppo", "grpo"], default=["ppo", "grpo"])
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    with tempfile.TemporaryDirectory() as tmp:
+        model_path = ensure_tiny_model(
+            Path(tmp) / "model",
+            hidden_size=args.hidden,
+            num_hidden_layers=args.layers,
+            num_attention_heads=args.heads,
+            num_key_value_heads=args.kv_heads,
+            intermediate_size=args.ffn,
+            seed=0,
+        )
+        params = sum(p.numel() for p in empty_causal_lm(model_path)[0].parameters())
+        logger.info("model: %.0fM parameters (hidden %d, %d layers)", params / 1e6, args.hidden, args.layers)
+        logger.info(
+            "%-5s %7s %4s %-10s %10s %10s %7s", "algo", "workers", "rank", "phase", "peak GB", "model GB", "ratio"
+        )
+        worst = 0.0
+        for algorithm in args.algorithms:
+            for world_size in args.workers:
+                if args.device == "cuda" and world_size > torch.cuda.device_count():
+                    raise SystemExit(f"--workers {world_size}: this machine has {torch.cuda.device_count()} GPU(s)")
+                run_ranks(measure_on_rank, world_size, model_path, algorithm, tmp, args.device, device=args.device)
+                for rank in range(world_size):
+                    peaks = json.loads(Path(tmp, f"{algorithm}_w{world_size}_r{rank}.json").read_text())
+                    model = predicted(model_path, world_size, algorithm, peaks["runtime"], args.device)
+                    for phase, bytes_ in model.items():  # in the order the phases ran
+                        ratio = peaks[phase] / bytes_
+                        if world_size == max(args.workers):
+                            worst = max(worst, ratio)
+                        logger.info(
+                            "%-5s %7d %4d %-10s %10.2f %10.2f %7.2f",
+                            algorithm,
+                            world_size,
+                            rank,
+                            phase,
+                            peaks[phase] / GB,
+                            bytes_ / GB,
+                            ratio,
+                        )
+        logger.info("largest measured/predicted on %d workers: %.2f (goal: at most 1.15)", max(args.workers), worst)
+
+
+if __name__ == "__main__":
+    main()
