@@ -75,14 +75,16 @@ class ActorRolloutRole(EngineRole):
     def sync_weights(self) -> None:
         """Stream the trained weights to the generation engine, one tensor at a time in its dtype (timed
         as its own span); skipped when it already has these weights (validation, DAPO's extra rounds,
-        ReMax's greedy pass reuse the last hand-over)."""
-        if self._synced_version == self.engine.weights_version:
-            return
-        self._synced_version = None  # until the hand-over completes, the generation copy is not valid
-        self.rollout.resume(keep_weights=False)
-        with self.ctx.recorder.span("weight_sync"), self.offload.resident():
-            self.rollout.load_weights(self.engine.iter_full_weights(self.rollout_dtype))
-        self._synced_version = self.engine.weights_version
+        ReMax's greedy pass reuse the last hand-over). A skipped one is an empty span, so that
+        ``timing_s/weight_sync`` is in every step's metrics."""
+        with self.ctx.recorder.span("weight_sync"):
+            if self._synced_version == self.engine.weights_version:
+                return
+            self._synced_version = None  # until the hand-over completes, the generation copy is not valid
+            self.rollout.resume(keep_weights=False)
+            with self.offload.resident():
+                self.rollout.load_weights(self.engine.iter_full_weights(self.rollout_dtype))
+            self._synced_version = self.engine.weights_version
 
     def generate(self, batch: Batch) -> Batch:
         self.sync_weights()

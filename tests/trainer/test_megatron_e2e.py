@@ -62,7 +62,9 @@ def test_actor_on_pipeline_stages_hands_full_weights_to_generation(tmp_path):
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]
     assert all("actor/pg_loss" in r and "critic/vf_loss" in r and "actor/reward_kl_penalty" in r for r in rows)
-    assert all(r["timing_s/weight_sync"] > 0 for r in rows)  # gathered from both stages before generating
+    # Step 1 generates with the weights handed over at start-up (the hand-over is skipped); step 2's, after
+    # an update, gathers from both stages.
+    assert "timing_s/weight_sync" in rows[0] and rows[1]["timing_s/weight_sync"] > 0
     initial = load_file(out / "tiny_model" / "model.safetensors")
     trained = load_file(out / "actor_hf" / "model.safetensors")
     assert initial.keys() == trained.keys()  # both stages' layers, embedding, norm and head
