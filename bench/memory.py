@@ -208,7 +208,8 @@ def predicted(model_path: str, world_size: int, algorithm: str, runtime: float, 
         "update": updated + working + activations,
     }
     if algorithm == "ppo":
-        out["update critic"] = updated + 3 * other_params + working + activations
+        # The actor's gradients are freed after its step; its Adam moments stay.
+        out["update critic"] = resident + 2 * actor_params + 3 * other_params + working + activations
     return out
 
 
@@ -237,7 +238,7 @@ def main() -> None:
         params = sum(p.numel() for p in empty_causal_lm(model_path)[0].parameters())
         logger.info("model: %.0fM parameters (hidden %d, %d layers)", params / 1e6, args.hidden, args.layers)
         logger.info(
-            "%-5s %7s %4s %-10s %10s %10s %7s", "algo", "workers", "rank", "phase", "peak GB", "model GB", "ratio"
+            "%-5s %7s %4s %-13s %10s %10s %7s", "algo", "workers", "rank", "phase", "peak GB", "model GB", "ratio"
         )
         worst = 0.0
         for algorithm in args.algorithms:
@@ -253,7 +254,7 @@ def main() -> None:
                         if world_size == max(args.workers):
                             worst = max(worst, ratio)
                         logger.info(
-                            "%-5s %7d %4d %-10s %10.2f %10.2f %7.2f",
+                            "%-5s %7d %4d %-13s %10.2f %10.2f %7.2f",
                             algorithm,
                             world_size,
                             rank,
