@@ -39,31 +39,12 @@ from hybridrl.config.loader import load_config
 from hybridrl.models.loader import empty_causal_lm
 from hybridrl.models.tiny import ensure_tiny_model
 from hybridrl.parallel.launch import run_ranks
+from hybridrl.perf.utilization import PeakRSS
 from hybridrl.protocol import Batch
 
 logger = logging.getLogger("bench.memory")
 GB = 1e9
 PROMPTS, SAMPLES, PROMPT_LEN, RESPONSE_LEN = 4, 2, 16, 16
-
-
-def _status_kb(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise RuntimeError(f"/proc/self/status has no {field}")
-
-
-def reset_peak() -> None:
-    """Reset the high-water mark to the current RSS (Linux: ``echo 5 > /proc/self/clear_refs``)."""
-    Path("/proc/self/clear_refs").write_text("5")
-
-
-def peak_bytes() -> int:
-    return _status_kb("VmHWM") * 1024
-
-
-def rss_bytes() -> int:
-    return _status_kb("VmRSS") * 1024
 
 
 def rollout_batch(vocab: int, seed: int) -> Batch:
@@ -97,18 +78,18 @@ class Meter:
         self.device = device
 
     def now(self) -> float:
-        return float(rss_bytes()) if self.device.type == "cpu" else 0.0
+        return float(PeakRSS.current()) if self.device.type == "cpu" else 0.0
 
     def reset(self) -> None:
         if self.device.type == "cpu":
-            reset_peak()
+            PeakRSS.reset()
         else:
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
 
     def peak(self) -> float:
         if self.device.type == "cpu":
-            return float(peak_bytes())
+            return float(PeakRSS.peak())
         torch.cuda.synchronize()
         return float(torch.cuda.max_memory_allocated())
 

@@ -91,6 +91,18 @@ def _normalize_index(idx: Index, n: int) -> slice | np.ndarray:
     return arr.astype(np.int64)
 
 
+def _owned(t: torch.Tensor) -> torch.Tensor:
+    """``t`` itself, or a contiguous copy where its storage holds more bytes than its elements.
+
+    Pickle ships a tensor's whole storage, so a view into a larger one is copied; a tensor that already owns its storage is
+    shared, and an expanded one (stride 0, storage smaller than its elements) is cheaper sent as it is.
+    Numpy object columns need nothing: a sliced object array pickles only its own elements.
+    """
+    if t.untyped_storage().nbytes() > t.numel() * t.element_size():
+        return t.clone(memory_format=torch.contiguous_format)
+    return t
+
+
 def _check_keys(available: Any, requested: Sequence[Any], kind: str) -> None:
     """Raise a KeyError that lists what is there, so typos are easy to spot."""
     avail = list(available)
@@ -167,21 +179,23 @@ class Batch:
         )
 
     def __getitem__(self, idx: Index) -> Batch:
-        """Select rows (slice, int list/array/LongTensor or bool mask); meta is shallow-copied."""
+        """Select rows (slice, int list/array/LongTensor or bool mask); meta is shallow-copied. A slice is a
+        view: :meth:`compact` it before it leaves the process."""
         norm = _normalize_index(idx, len(self))
         td = self.tensors[norm] if isinstance(norm, slice) else self.tensors[torch.from_numpy(norm)]
         cols = {k: v[norm] for k, v in self.non_tensors.items()}
         return Batch(tensors=td, non_tensors=cols, meta=dict(self.meta))
 
-    def nbytes(self) -> int:
-        """Bytes of the tensor columns (what dominates a transfer; non-tensor columns are not counted)."""
-        return int(
-            sum(
-                t.numel() * t.element_size()
-                for t in self.tensors.values(include_nested=True, leaves_only=True)
-                if isinstance(t, torch.Tensor)
-            )
-        )
+    def compact(self) -> Batch:
+        """A copy whose tensors hold just their own rows: call it on what leaves the process.
+
+        Row selections (``__getitem__``, ``split``, ``minibatches``) stay views, free for in-process use
+        such as micro-batches; but pickling a view ships its whole storage, so a 1/8 shard would cost as
+        much as the batch it came from. A separate method, rather than a copying ``split``, so the one
+        place that sends batches (``WorkerGroup.call_split``) decides, whatever selection made them.
+        """
+        td = cast(TensorDict, self.tensors.apply(_owned))  # apply returns None only for in-place use
+        return Batch(tensors=td, non_tensors=dict(self.non_tensors), meta=dict(self.meta))
 
     def to(self, device: torch.device | str) -> Batch:
         """Move tensors to ``device``; non-tensors stay host-side Python objects."""

@@ -7,6 +7,7 @@ import pickle
 import numpy as np
 import pytest
 import torch
+from ray import cloudpickle
 from tensordict import TensorDict
 
 from hybridrl.protocol import Batch
@@ -342,3 +343,47 @@ def test_pickle_round_trip_exact():
     assert back.tensors["mask"].dtype == torch.bool
     assert back.non_tensors["info"][3] == {"row": 3}
     assert_rows_consistent(back[[3, 1]])
+
+
+# ---------------------------------------------------------------- compact
+def big(n: int = 1024, width: int = 2048) -> Batch:
+    """A 1024 x 2048 fp32 batch (8 MiB) with a per-row text column."""
+    return Batch.from_dict(
+        tensors={"x": torch.randn(n, width, generator=torch.Generator().manual_seed(0))},
+        non_tensors={"text": [f"p{i}" for i in range(n)]},
+        meta={"seed": 1},
+    )
+
+
+@pytest.mark.parametrize("dumps", [lambda o: pickle.dumps(o, protocol=5), cloudpickle.dumps], ids=["pickle5", "cloud"])
+def test_compact_shard_serializes_its_rows_only(dumps):
+    whole = big()
+    view = whole.split(8)[1]
+    assert len(dumps(view)) > len(dumps(whole)) * 0.9  # the problem: a view ships the batch's storage
+    assert len(dumps(view.compact())) <= len(dumps(whole)) / 8 + 4096
+
+
+def test_compact_equals_view_and_owns_its_storage():
+    b = make(8)
+    b.tensors["cols"] = torch.arange(8 * 6).reshape(8, 6)[:, ::2]  # a strided view, not row-major
+    b.tensors["nested"] = TensorDict({"y": torch.arange(8.0)}, batch_size=[8])
+    view = b.split(4)[2]
+    c = view.compact()
+    keys = list(view.tensors.keys(include_nested=True, leaves_only=True))
+    assert keys == list(c.tensors.keys(include_nested=True, leaves_only=True)) and ("nested", "y") in keys
+    for k in keys:
+        assert torch.equal(c.tensors[k], view.tensors[k]) and c.tensors[k].dtype == view.tensors[k].dtype
+        assert c.tensors[k].untyped_storage().nbytes() == c.tensors[k].numel() * c.tensors[k].element_size()
+    assert len(c) == 2 and c.meta == view.meta
+    assert_rows_consistent(c)
+    c.tensors["ids"] += 100  # a copy: writing to it leaves the source alone
+    assert ids(b) == list(range(8))
+
+
+def test_compact_shares_what_is_already_compact():
+    b = make(4)
+    b.tensors["bias"] = torch.zeros(1, 6).expand(4, 6)  # stride 0: cheaper sent as it is than copied
+    c = b.compact()
+    assert c.tensors["logp"].data_ptr() == b.tensors["logp"].data_ptr()
+    assert c.tensors["bias"].data_ptr() == b.tensors["bias"].data_ptr() and c.tensors["bias"].stride() == (0, 1)
+    assert c.meta == b.meta and c.meta is not b.meta

@@ -15,6 +15,7 @@ from typing import Any
 
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+from ray.experimental import get_object_locations
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -27,6 +28,23 @@ from hybridrl.workers.tracing import CallResult
 from hybridrl.workers.worker import Worker
 
 logger = logging.getLogger(__name__)
+
+_SIZE_LOOKUP_TIMEOUT_MS = 10_000  # the objects are ours (the driver owns them): answered locally
+
+
+def _stored_bytes(refs: list[Any]) -> int:
+    """Serialized bytes (data + metadata) that Ray reports for these objects, each object counted once.
+
+    Ray's own figure, so views, pickling overhead and shared objects count as they really travel. An
+    object on several nodes is still counted once. Unknown sizes (a lookup past its timeout) count 0:
+    this is a metric, and must not fail a step.
+    """
+    try:
+        found = get_object_locations(list(dict.fromkeys(refs)), timeout_ms=_SIZE_LOOKUP_TIMEOUT_MS)
+    except GetTimeoutError:
+        logger.debug("Object size lookup timed out; ray/transfer_mb undercounts this call")
+        return 0
+    return sum(int(info.get("object_size") or 0) for info in found.values())
 
 
 class WorkerGroup:
@@ -127,11 +145,11 @@ class WorkerGroup:
                 raise WorkerCallTimeout(self.name, [index[ready[0]]], method, timeout_s) from None
         return ray.get(refs)
 
-    def _gather(self, refs: list[Any], name: str, sent_bytes: int = 0) -> list[CallResult]:
+    def _gather(self, refs: list[Any], name: str, sent: list[Any] | None = None) -> list[CallResult]:
+        """Wait for ``refs``; the monitor counts the bytes of the ``sent`` objects and of the results."""
         results = self._wait(refs, name)
         if self.monitor is not None:
-            received = sum(r.value.nbytes() for r in results if isinstance(r.value, Batch))
-            self.monitor.on_call(self.name, name, results, sent_bytes + received)
+            self.monitor.on_call(self.name, name, results, _stored_bytes([*(sent or []), *refs]))
         return results
 
     def call_all(self, role: str, method: str, *args: Any, **kwargs: Any) -> list[Any]:
@@ -168,12 +186,16 @@ class WorkerGroup:
 
     def call_split(self, role: str, method: str, batch: Batch) -> list[CallResult]:
         """Give each data-parallel replica its equal shard of ``batch``; return one result per replica, in
-        replica order (from the replica's reporting rank)."""
+        replica order (from the replica's reporting rank).
+
+        Each shard is compacted (a view would ship the whole batch) and put once: the peers of a replica
+        (tensor-parallel ranks, pipeline stages) get the same object ref, where passing the batch by value
+        would serialise it once per rank.
+        """
         layout = self.dp_layout(role, method)
-        shards = batch.split(layout[0].replicas)
+        shards = [ray.put(shard.compact()) for shard in batch.split(layout[0].replicas)]
         refs = [a.call.remote(role, method, shards[rank.replica]) for a, rank in zip(self.actors, layout)]
-        sent = sum(shards[rank.replica].nbytes() for rank in layout)  # replica peers each receive the shard
-        results = self._gather(refs, f"{role}.{method}", sent)
+        results = self._gather(refs, f"{role}.{method}", shards)
         collected = sorted(
             ((rank.replica, r) for r, rank in zip(results, layout) if rank.collects), key=lambda pair: pair[0]
         )

@@ -245,6 +245,9 @@ class ActorConfig(TrainedRoleConfig):
     kl_loss_coef: float = doc(0.001, "weight of the KL loss")
     kl_loss_type: KLPenalty = doc(KLPenalty.low_var_kl, "kl/k1, abs, mse/k2, low_var_kl/k3")
     entropy_coeff: float = doc(0.0, "weight of the entropy bonus in the actor loss")
+    entropy_checkpointing: bool = doc(
+        False, "recompute the per-chunk fp32 log-softmax and entropy in backward instead of keeping them"
+    )
 
 
 @dataclass(frozen=True)

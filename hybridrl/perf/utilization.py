@@ -11,6 +11,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -40,6 +41,32 @@ def peak_rss_bytes() -> float | None:
         return None
     maxrss = float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
     return maxrss if sys.platform == "darwin" else maxrss * 1024.0
+
+
+class PeakRSS:
+    """This process's RSS high-water mark over a window (Linux: ``VmHWM``, reset by writing 5 to
+    ``/proc/self/clear_refs``), for per-phase peaks that ``ru_maxrss`` (a lifetime peak) cannot give."""
+
+    STATUS = Path("/proc/self/status")
+
+    @staticmethod
+    def _status_kb(field: str) -> int:
+        for line in PeakRSS.STATUS.read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+        raise RuntimeError(f"{PeakRSS.STATUS} has no {field}")
+
+    @staticmethod
+    def reset() -> None:
+        Path("/proc/self/clear_refs").write_text("5")
+
+    @staticmethod
+    def peak() -> int:
+        return PeakRSS._status_kb("VmHWM") * 1024
+
+    @staticmethod
+    def current() -> int:
+        return PeakRSS._status_kb("VmRSS") * 1024
 
 
 _nvml: Any = None

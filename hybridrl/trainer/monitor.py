@@ -36,7 +36,7 @@ class RunMonitor:
     # -- worker side ---------------------------------------------------------------------------
     def on_call(self, group: str, call: str, results: list[Any], transfer_bytes: int = 0) -> None:
         """Record one group call: per-rank spans into the trace, the slowest rank against the median,
-        and the bytes of batches that crossed Ray's object store (to the workers and back)."""
+        and the serialized bytes the call moved through Ray's object store (shards out, results back)."""
         self._transfer_bytes += transfer_bytes
         for rank, result in enumerate(results):
             if self.trace is not None:

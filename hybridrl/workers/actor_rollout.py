@@ -144,7 +144,14 @@ class ActorRolloutRole(EngineRole):
 
         def micro_loss(logits: torch.Tensor, mb: Batch) -> tuple[torch.Tensor, dict[str, float]]:
             mask = mb.tensors["response_mask"].float()
-            log_prob, entropy = response_log_probs(logits, mb, self.rollout_cfg.temperature, with_entropy=True)
+            log_prob, entropy = response_log_probs(
+                logits,
+                mb,
+                self.rollout_cfg.temperature,
+                with_entropy=True,
+                entropy_grad=cfg.entropy_coeff != 0,  # else a metric, without a graph
+                checkpoint=cfg.entropy_checkpointing,
+            )
             pg = policy_loss(
                 mb.tensors["old_log_probs"],
                 log_prob,

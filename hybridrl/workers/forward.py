@@ -6,23 +6,34 @@ from collections.abc import Callable
 
 import torch
 
-from hybridrl.algorithms.losses import entropy_from_logits, log_probs_from_logits
+from hybridrl.algorithms.token_logprobs import token_log_probs
 from hybridrl.config.schema import TrainedRoleConfig
 from hybridrl.parallel.engine import TrainEngine
 from hybridrl.protocol import Batch
 
 
 def response_log_probs(
-    logits: torch.Tensor, batch: Batch, temperature: float, with_entropy: bool
+    logits: torch.Tensor,
+    batch: Batch,
+    temperature: float,
+    with_entropy: bool,
+    *,
+    entropy_grad: bool = True,
+    checkpoint: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Log-probs (and entropy) of each response token, from the policy's logits at sampling temperature."""
+    """Log-probs (and entropy) of each response token, from the policy's logits at sampling temperature,
+    in bounded memory (``token_log_probs``: no fp32 copy of the logits)."""
     responses = batch.tensors["responses"]  # (B, R)
     resp_len = responses.shape[1]
     # The logit at position t predicts token t+1: responses are predicted by P-1 .. P+R-2.
-    logits = logits[:, -resp_len - 1 : -1, :].float() / temperature  # (B, R, V)
-    log_probs = log_probs_from_logits(logits, responses)
-    entropy = entropy_from_logits(logits) if with_entropy else None
-    return log_probs, entropy
+    return token_log_probs(
+        logits[:, -resp_len - 1 : -1, :],  # a view (B, R, V): read chunk by chunk
+        responses,
+        temperature,
+        with_entropy=with_entropy,
+        entropy_grad=entropy_grad,
+        checkpoint=checkpoint,
+    )
 
 
 def response_values(values: torch.Tensor, batch: Batch) -> torch.Tensor:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import pytest
+import ray
 import torch
+from ray import cloudpickle
 
 from hybridrl.cluster.errors import PoolPlacementError, WorkerCallError, WorkerCallTimeout
 from hybridrl.cluster.worker_group import WorkerGroup
@@ -11,6 +13,8 @@ from hybridrl.config.loader import load_config
 from hybridrl.config.pools import PoolSpec
 from hybridrl.models.tiny import build_tokenizer, ensure_tiny_model
 from hybridrl.protocol import Batch
+from hybridrl.trainer.monitor import RunMonitor
+from hybridrl.workers.context import DataLayout
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -135,3 +139,38 @@ def test_straggler_warning_names_role_and_rank(group, caplog):
     assert "actor_rollout+ref rank 1" in monitor.straggler_warnings[0]
     assert "slow_on_rank_1" in monitor.straggler_warnings[0]
     assert "Straggler" in caplog.text
+
+
+def test_transfer_counts_each_compact_shard_once(group, monkeypatch):
+    batch = prompts(16)
+    responses = torch.randint(4, 10, (16, 6), generator=torch.Generator().manual_seed(0))
+    mask = torch.cat([batch.tensors["attention_mask"], torch.ones_like(responses)], 1)
+    batch.tensors.update(
+        {
+            "input_ids": torch.cat([batch.tensors["input_ids"], responses], 1),
+            "attention_mask": mask,
+            "position_ids": torch.cumsum(mask, 1) - 1,
+            "responses": responses,
+            "response_mask": torch.ones_like(responses),
+            "ballast": torch.zeros(16, 2**15),  # 2 MiB: dwarfs the results and Ray's metadata
+        }
+    )
+    whole = len(cloudpickle.dumps(batch))
+    put_rows: list[int] = []
+    real_put = ray.put
+    monkeypatch.setattr(ray, "put", lambda value: put_rows.append(len(value)) or real_put(value))
+    key = ("ref", "compute_ref_log_prob")
+    group.monitor = monitor = RunMonitor()
+    try:
+        group.call_dp(*key, batch)  # 2 replicas: 8 rows each
+        split_bytes = monitor.step_metrics()["ray/transfer_mb"] * 2**20
+        group._layouts[key] = [DataLayout(0, 1, True), DataLayout(0, 1, False)]  # as if tensor-parallel peers
+        group.call_dp(*key, batch)
+        peer_bytes = monitor.step_metrics()["ray/transfer_mb"] * 2**20
+    finally:
+        group.monitor = None
+        group._layouts.pop(key, None)
+    assert put_rows == [8, 8, 16]  # one object per distinct shard, shared by a replica's peers
+    # Views would ship the whole batch once per rank (2x); compact shards, put once, ship it once.
+    assert whole < split_bytes < whole + 2**16
+    assert whole < peer_bytes < whole + 2**16

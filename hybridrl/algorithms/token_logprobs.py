@@ -1,0 +1,76 @@
+"""Per-token log-probs and entropy from a (batch, length, vocab) logits view without an fp32 copy of it.
+
+At a 152k vocabulary one 3k-token response's logits are 1.9 GB in fp32, and the log-prob pass over a
+micro-batch of 64 such rows would need ~120 GB for the cast alone. Here the logits are read in chunks
+of at most ``chunk_tokens`` positions: each chunk is upcast, scored and dropped, so a forward-only pass
+holds one chunk's fp32 temporaries. In training, autograd keeps each chunk's temporaries for the
+backward pass unless ``checkpoint`` recomputes them there (verl's ``entropy_checkpointing``). Entropy
+carries gradients only when the loss uses it (``entropy_coeff != 0``); otherwise it is a metric,
+computed without a graph.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.utils.checkpoint import checkpoint as recompute
+
+#: fp32 elements per chunk (64 MB): the positions per chunk are this over the vocabulary size.
+CHUNK_ELEMENTS = 1 << 24
+
+
+def _chunk(
+    logits: torch.Tensor, labels: torch.Tensor, temperature: float, with_entropy: bool, entropy_grad: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``logits`` [T, V] (any float dtype), ``labels`` [T] -> log-probs [T] and entropy [T] (or empty)."""
+    z = logits.float() / temperature
+    lse = torch.logsumexp(z, dim=-1)
+    log_probs = z.gather(-1, labels.unsqueeze(-1)).squeeze(-1) - lse
+    if not with_entropy:
+        return log_probs, log_probs.new_empty(0)
+    with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+        if not entropy_grad:
+            z, lse = z.detach(), lse.detach()
+        # H = logsumexp(z) - sum softmax(z) * z; -inf logits (a masked vocabulary) have p = 0: zero them so
+        # that 0 * -inf is not NaN.
+        finite = torch.where(torch.isfinite(z), z, torch.zeros_like(z))
+        return log_probs, lse - (torch.softmax(z, dim=-1) * finite).sum(dim=-1)
+
+
+def token_log_probs(
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    temperature: float = 1.0,
+    *,
+    with_entropy: bool = False,
+    entropy_grad: bool = True,
+    checkpoint: bool = False,
+    chunk_tokens: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs of ``labels`` [B, T] under ``logits / temperature`` [B, T, V] (a view is fine), and the
+    entropy [B, T] with ``with_entropy``; both float32.
+
+    ``entropy_grad=False``: the entropy is computed without gradients (a metric). ``checkpoint``: in
+    training, each chunk is recomputed in backward instead of keeping its fp32 temporaries."""
+    if logits.dim() != 3 or labels.shape != logits.shape[:2]:
+        raise ValueError(
+            f"expected logits [B, T, V] and labels [B, T], got {tuple(logits.shape)} and {tuple(labels.shape)}"
+        )
+    rows, length, vocab = logits.shape
+    step = max(1, chunk_tokens or CHUNK_ELEMENTS // max(vocab, 1))
+    labels = labels.to(device=logits.device, dtype=torch.long)
+    train = torch.is_grad_enabled() and logits.requires_grad
+    log_probs, entropies = [], []
+    for b in range(rows):
+        for start in range(0, length, step):
+            args = (logits[b, start : start + step], labels[b, start : start + step], temperature)
+            if train and checkpoint:
+                lp, ent = recompute(_chunk, *args, with_entropy, entropy_grad, use_reentrant=False)
+            else:
+                lp, ent = _chunk(*args, with_entropy, entropy_grad)
+            log_probs.append(lp)
+            entropies.append(ent)
+    if not log_probs:
+        empty = logits.new_zeros((rows, length), dtype=torch.float32)
+        return empty, (empty.clone() if with_entropy else None)
+    out = torch.cat(log_probs).view(rows, length)
+    return out, (torch.cat(entropies).view(rows, length) if with_entropy else None)
