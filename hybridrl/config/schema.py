@@ -139,6 +139,9 @@ class ModelConfig:
     path: str | None = doc(None, "local Hugging Face model directory; null = build the tiny model below")
     tokenizer_path: str | None = doc(None, "tokenizer directory; null = same as model.path")
     trust_remote_code: bool = doc(False, "allow custom modelling code shipped with the model")
+    enable_gradient_checkpointing: bool = doc(
+        False, "actor: recompute each decoder layer in backward instead of keeping its activations"
+    )
     tiny: TinyModelConfig = section(TinyModelConfig, "the built-in Qwen2-architecture model used when path is null")
 
 
@@ -146,6 +149,9 @@ class ModelConfig:
 class CriticModelConfig:
     path: str | None = doc(None, "null = start from the actor's model")
     value_head_init_std: float = doc(0.0, "std of the value head's initial weights (0 = zeros)")
+    enable_gradient_checkpointing: bool = doc(
+        False, "critic: recompute each decoder layer in backward instead of keeping its activations"
+    )
 
 
 # -- parallel strategies ---------------------------------------------------------------------------

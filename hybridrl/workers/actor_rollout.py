@@ -10,7 +10,7 @@ import torch
 
 from hybridrl.algorithms.losses import agg_loss, compute_kl_loss, get_policy_loss
 from hybridrl.config.schema import ActorConfig, Config, ModelConfig, RolloutConfig
-from hybridrl.models.loader import empty_causal_lm, load_tokenizer
+from hybridrl.models.loader import empty_causal_lm, enable_activation_checkpointing, load_tokenizer
 from hybridrl.models.weights import materialize
 from hybridrl.parallel.dtypes import rollout_dtype, weights_dtype
 from hybridrl.parallel.engine import state_digest
@@ -41,6 +41,8 @@ class ActorRolloutRole(EngineRole):
         # Built empty and filled shard by shard: no rank holds the whole fp32 model.
         dtype = weights_dtype(actor.fsdp.model_dtype, trained=True, device=ctx.device)
         empty, weights = empty_causal_lm(ctx.model_path, model.trust_remote_code, dtype)
+        if model.enable_gradient_checkpointing:
+            enable_activation_checkpointing(empty)
         self.engine, self.offload = build_engine(
             empty,
             weights,

@@ -7,7 +7,7 @@ import torch
 from hybridrl.algorithms.losses import compute_value_loss
 from hybridrl.algorithms.utils import masked_mean
 from hybridrl.config.schema import Config, CriticConfig
-from hybridrl.models.loader import empty_value_model
+from hybridrl.models.loader import empty_value_model, enable_activation_checkpointing
 from hybridrl.parallel.dtypes import weights_dtype
 from hybridrl.protocol import Batch
 from hybridrl.seeds import critic_update_seed
@@ -28,6 +28,8 @@ class CriticRole(EngineRole):
             seed,
             weights_dtype(cfg.fsdp.model_dtype, trained=True, device=ctx.device),
         )
+        if cfg.model.enable_gradient_checkpointing:
+            enable_activation_checkpointing(model)
         self.engine, self.offload = build_engine(
             model,
             weights,
