@@ -76,6 +76,17 @@ LOSS_AGG_MODES: dict[str, Callable[[torch.Tensor, torch.Tensor, float | None], t
 }
 
 
+def loss_units(loss_mask: torch.Tensor, mode: str) -> torch.Tensor:
+    """What ``agg_loss`` averages over in ``mode``: valid tokens (token-mean) or non-empty rows (the
+    seq-mean modes). Weighing micro-batches by their units makes the sum of their losses equal the
+    loss of the whole mini-batch, however ragged the micro-batches are."""
+    if mode not in LOSS_AGG_MODES:
+        raise ValueError(f"unknown loss_agg_mode {mode!r}; valid names: {sorted(LOSS_AGG_MODES)}")
+    if mode == "token-mean":
+        return loss_mask.sum().to(torch.float32)
+    return _nonempty_rows(loss_mask).sum()
+
+
 def agg_loss(
     loss_mat: torch.Tensor,
     loss_mask: torch.Tensor,

@@ -91,17 +91,32 @@ class TrainEngine:
         return results
 
     def forward_backward(
-        self, micro: list[Batch], loss_fn: Callable[[torch.Tensor, Batch], tuple[torch.Tensor, dict[str, float]]]
+        self,
+        micro: list[Batch],
+        loss_fn: Callable[[torch.Tensor, Batch], tuple[torch.Tensor, dict[str, float]]],
+        *,
+        average: bool = True,
     ) -> list[dict]:
-        """Accumulate the gradients of the mean of ``loss_fn`` over the micro-batches; return their metrics."""
+        """Accumulate the gradients of the mean (``average``) or the sum of ``loss_fn`` over the
+        micro-batches (a sum when the caller weighs each micro-batch itself); return their metrics."""
         rows = []
         for mb in micro:
             mb = mb.to(self.device)
             with self.autocast():
                 loss, row = loss_fn(self.model_output(mb), mb)
-            self.backward(loss / len(micro))
+            self.backward(loss / len(micro) if average else loss)
             rows.append(row)
         return rows
+
+    def sum_over_replicas(self, value: torch.Tensor) -> torch.Tensor:
+        """``value`` summed over the data-parallel replicas (the ranks whose gradients are averaged)."""
+        if self.dp_size > 1:
+            value = value.to(self.device)
+            dist.all_reduce(value, group=self._dp_group())
+        return value
+
+    def _dp_group(self) -> Any:
+        return None  # FSDP averages gradients over every rank of the group: the default group
 
     def autocast(self) -> contextlib.AbstractContextManager:
         if self.precision in (Precision.bf16, Precision.fp16):

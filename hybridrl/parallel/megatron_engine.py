@@ -57,9 +57,17 @@ class _PipelineCall:
     schedule's target is the row indices of the micro-batch, so the loss can use any column of the batch."""
 
     def __init__(
-        self, batch: Batch, seq: int, fn: Callable, train: bool, n: int, loss_scaler: DynamicLossScaler | None
+        self,
+        batch: Batch,
+        seq: int,
+        fn: Callable,
+        train: bool,
+        n: int,
+        loss_scaler: DynamicLossScaler | None,
+        average: bool = True,
     ) -> None:
         self.batch, self.seq, self.fn, self.train, self.n, self.loss_scaler = batch, seq, fn, train, n, loss_scaler
+        self.average = average
         self.results: list[Any] = []
 
     def __call__(self, output: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
@@ -69,7 +77,8 @@ class _PipelineCall:
             return output.new_zeros(())
         loss, row = value
         self.results.append(row)
-        loss = loss / self.n
+        if self.average:
+            loss = loss / self.n
         return self.loss_scaler.scale_loss(loss) if self.loss_scaler is not None else loss
 
 
@@ -173,19 +182,26 @@ class MegatronEngine(TrainEngine):
             return self._run_pipeline(micro, head, train=False)
 
     def forward_backward(
-        self, micro: list[Batch], loss_fn: Callable[[torch.Tensor, Batch], tuple[torch.Tensor, dict[str, float]]]
+        self,
+        micro: list[Batch],
+        loss_fn: Callable[[torch.Tensor, Batch], tuple[torch.Tensor, dict[str, float]]],
+        *,
+        average: bool = True,
     ) -> list[dict]:
         if self.layout.pp_size == 1:
-            return super().forward_backward(micro, loss_fn)
-        return self._run_pipeline(micro, loss_fn, train=True)
+            return super().forward_backward(micro, loss_fn, average=average)
+        return self._run_pipeline(micro, loss_fn, train=True, average=average)
 
-    def _run_pipeline(self, micro: list[Batch], fn: Callable, train: bool) -> list[Any]:
+    def _dp_group(self) -> Any:
+        return self.dp_group
+
+    def _run_pipeline(self, micro: list[Batch], fn: Callable, train: bool, average: bool = True) -> list[Any]:
         """One pipeline schedule over ``micro`` (equal-size micro-batches in training). Only the last stage
         computes ``fn``; it returns the per-micro-batch results there and an empty list elsewhere."""
         batch = Batch.concat(micro).to(self.device)
         n = self.num_microbatches or len(micro)
         ids, mask, pos = self._pad_sequence(batch)
-        call = _PipelineCall(batch, batch.tensors["input_ids"].shape[1], fn, train, n, self.loss_scaler)
+        call = _PipelineCall(batch, batch.tensors["input_ids"].shape[1], fn, train, n, self.loss_scaler, average)
         schedule = self._schedule_for(tuple(ids.shape), n, train, call)
         layout = self.layout
         args = (ids,) if layout.is_first_stage else ()
