@@ -96,7 +96,9 @@ def _worker_env(user_env: dict[str, str]) -> dict[str, str]:
 
 def object_store_stats() -> dict[str, float]:
     """Object-store use and spilling across the cluster (one GCS query: call it every few steps)."""
-    text = memory_summary(stats_only=True)
+    # The run's own cluster by its GCS address: without one, Ray looks for "the" local cluster and fails
+    # when another Ray cluster runs on the same machine ("Found multiple active Ray instances").
+    text = memory_summary(address=ray.get_runtime_context().gcs_address, stats_only=True)
     stats: dict[str, float] = {}
     used = re.search(r"Plasma memory usage (\d+) MiB, (\d+) objects", text)
     if used:
