@@ -73,15 +73,8 @@ def megatron_comm_bytes_per_rank(
 def build_engine(world: int, model_dir: str, strategy: str, option) -> object:
     from torch.distributed.device_mesh import init_device_mesh
 
-    from hybridrl.config.schema import (
-        ActorConfig,
-        FSDPConfig,
-        MegatronConfig,
-        OptimConfig,
-        ParallelConfig,
-        ShardingStrategy,
-        Strategy,
-    )
+    from hybridrl.config.choices import ShardingStrategy, Strategy
+    from hybridrl.config.schema import ActorConfig, FSDPConfig, MegatronConfig, OptimConfig, ParallelConfig
     from hybridrl.models.loader import empty_causal_lm
     from hybridrl.parallel.factory import make_engine
 

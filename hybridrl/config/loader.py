@@ -11,8 +11,9 @@ from typing import Any, cast
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
+from hybridrl.config.choices import Strategy
 from hybridrl.config.errors import ConfigError
-from hybridrl.config.schema import Config, Strategy
+from hybridrl.config.schema import Config
 from hybridrl.config.validate import validate
 
 __all__ = ["ConfigError", "load_config", "to_dict", "to_yaml"]

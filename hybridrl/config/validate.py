@@ -14,10 +14,11 @@ from typing import Any, NoReturn
 
 from hybridrl.algorithms.advantages import ADV_ESTIMATORS, get_adv_estimator
 from hybridrl.algorithms.losses import LOSS_AGG_MODES, POLICY_LOSSES
+from hybridrl.config.choices import Precision, Strategy
 from hybridrl.config.errors import ConfigError
 from hybridrl.config.pools import ResourcePoolManager
 from hybridrl.config.roles import ROLE_SECTIONS, ROLES, active_roles, engine_section
-from hybridrl.config.schema import Config, Precision, Strategy, TrainedRoleConfig
+from hybridrl.config.schema import Config, TrainedRoleConfig
 from hybridrl.data.tasks import TASKS, make_task
 from hybridrl.parallel.layout import megatron_fit_errors
 from hybridrl.rewards.custom import CustomRewardError, load_reward_fn

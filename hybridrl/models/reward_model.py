@@ -16,6 +16,7 @@ from torch import nn
 from transformers import (
     AutoConfig,
     AutoModelForSequenceClassification,
+    PretrainedConfig,
     PreTrainedModel,
     PreTrainedTokenizerBase,
     Qwen2ForSequenceClassification,
@@ -48,6 +49,16 @@ def load_reward_tokenizer(path: str, trust_remote_code: bool = False):
             raise ValueError(f"The reward model tokenizer in '{path}' has neither a pad nor an eos token.")
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
+
+
+def _scoring_config(config: PretrainedConfig, tokenizer: PreTrainedTokenizerBase) -> None:
+    """The pad id HF's pooling looks for (the logit at the rightmost non-pad token), on the text config
+    too for multimodal models; no KV cache (the model only scores)."""
+    config.pad_token_id = tokenizer.pad_token_id
+    text_config = config.get_text_config()
+    if text_config is not config:
+        text_config.pad_token_id = tokenizer.pad_token_id
+    config.use_cache = False
 
 
 def load_reward_model(
@@ -84,11 +95,7 @@ def load_reward_model(
             path,
             sorted(info["missing_keys"]),
         )
-    model.config.pad_token_id = tokenizer.pad_token_id
-    text_config = model.config.get_text_config()
-    if text_config is not model.config:
-        text_config.pad_token_id = tokenizer.pad_token_id
-    model.config.use_cache = False
+    _scoring_config(model.config, tokenizer)
     model.eval()
     return model, tokenizer
 
@@ -107,11 +114,7 @@ def empty_reward_model(
     tokenizer = load_reward_tokenizer(tokenizer_path or path, trust_remote_code)
     config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code, local_files_only=True)
     config.num_labels = 1
-    config.pad_token_id = tokenizer.pad_token_id
-    text_config = config.get_text_config()
-    if text_config is not config:
-        text_config.pad_token_id = tokenizer.pad_token_id
-    config.use_cache = False
+    _scoring_config(config, tokenizer)
     with params_on_meta():
         model = AutoModelForSequenceClassification.from_config(
             config, dtype=dtype, trust_remote_code=trust_remote_code, attn_implementation="sdpa"

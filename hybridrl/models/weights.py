@@ -73,8 +73,11 @@ def materialize(model: nn.Module, device: torch.device) -> nn.Module:
     return model
 
 
-def is_empty(model: nn.Module) -> bool:
-    return any(p.is_meta for p in model.parameters())
+def tied_aliases(state: dict[str, Any]) -> dict[str, str]:
+    """``{alias: first name}`` for entries of a ``state_dict(keep_vars=True)`` that are the same tensor as
+    an earlier one (tied weights): read, sent and gathered once, under the first name."""
+    first: dict[int, str] = {}
+    return {name: first[id(t)] for name, t in state.items() if first.setdefault(id(t), name) != name}
 
 
 @dataclass(frozen=True)
@@ -120,14 +123,12 @@ def load_weights(model: nn.Module, source: WeightSource) -> None:
     values, sliced to this rank's shard; any other weight missing is an error naming it."""
     available = safetensors_keys(source.path)
     targets: dict[str, Any] = {}
-    seen: dict[int, str] = {}
     unresolved: list[str] = []
-    for name, tensor in model.state_dict(keep_vars=True).items():
-        if id(tensor) in seen:  # a tied weight: filled through its first name
-            continue
-        seen[id(tensor)] = name
-        if not isinstance(tensor, nn.Parameter):
-            continue  # buffers keep the values computed at construction
+    state = model.state_dict(keep_vars=True)
+    aliases = tied_aliases(state)
+    for name, tensor in state.items():
+        if name in aliases or not isinstance(tensor, nn.Parameter):
+            continue  # a tied weight is filled through its first name; buffers keep their computed values
         key = _file_key(name, source, available)
         if key is None:
             unresolved.append(name)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from hybridrl.config.schema import DType, Precision
+from hybridrl.config.choices import DType, Precision
 
 _TORCH = {DType.float32: torch.float32, DType.bfloat16: torch.bfloat16, DType.float16: torch.float16}
 

@@ -17,7 +17,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from hybridrl.config.schema import OptimConfig, Precision
+from hybridrl.config.choices import Precision
+from hybridrl.config.schema import OptimConfig
+from hybridrl.models.weights import tied_aliases
 from hybridrl.parallel.precision import DynamicLossScaler
 
 if TYPE_CHECKING:
@@ -171,11 +173,11 @@ class TrainEngine:
         """``(name, full tensor)`` one at a time, on every rank of the group together, each cast to
         ``dtype`` before its gather: a rank holds at most one full tensor beyond its shards (the
         streamed hand-over to a generation engine). Tied weights come once, under their first name."""
-        seen: set[int] = set()
-        for name, param in self.model.state_dict(keep_vars=True).items():
-            if id(param) in seen:  # a tied weight: sent once, under its first name
+        state = self.model.state_dict(keep_vars=True)
+        aliases = tied_aliases(state)
+        for name, param in state.items():
+            if name in aliases:
                 continue
-            seen.add(id(param))
             tensor = param.detach()
             if dtype is not None and tensor.is_floating_point():
                 tensor = tensor.to(dtype)

@@ -7,7 +7,8 @@ import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 
-from hybridrl.config.schema import Precision, RewardModelConfig, ShardingStrategy, Strategy, TrainedRoleConfig
+from hybridrl.config.choices import Precision, ShardingStrategy, Strategy
+from hybridrl.config.schema import RewardModelConfig, TrainedRoleConfig
 from hybridrl.models.weights import WeightSource, load_weights, materialize
 from hybridrl.parallel.engine import TrainEngine
 from hybridrl.parallel.fsdp import apply_fsdp, fsdp_mesh, full_state_dict

@@ -22,7 +22,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
 
-from hybridrl.config.schema import ShardingStrategy
+from hybridrl.config.choices import ShardingStrategy
 
 
 def wrap_units(model: nn.Module) -> list[nn.Module]:

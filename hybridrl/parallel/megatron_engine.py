@@ -20,9 +20,10 @@ from torch import nn
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 from torch.distributed.tensor import Replicate
 
-from hybridrl.config.schema import OptimConfig, Precision
+from hybridrl.config.choices import Precision
+from hybridrl.config.schema import OptimConfig
 from hybridrl.models.decoder_stage import DecoderStage, decoder_parts, keep_stage, stage_layer_ranges
-from hybridrl.models.weights import WeightSource, load_weights, materialize
+from hybridrl.models.weights import WeightSource, load_weights, materialize, tied_aliases
 from hybridrl.parallel.engine import TrainEngine
 from hybridrl.parallel.layout import MegatronLayout
 from hybridrl.parallel.megatron import apply_tensor_parallel, megatron_mesh
@@ -115,9 +116,7 @@ class MegatronEngine(TrainEngine):
                 f"would live on different pipeline stages. Use tp_size, or strategy=fsdp."
             )
         full = model.state_dict(keep_vars=True)
-        first: dict[int, str] = {}
-        # Tied weights (one tensor, two names) are gathered once and aliased back.
-        self._aliases = {n: first[id(t)] for n, t in full.items() if first.setdefault(id(t), n) != n}
+        self._aliases = tied_aliases(full)  # gathered once, under the first name, and aliased back
         self._full_meta = {name: (tuple(t.shape), t.dtype) for name, t in full.items() if name not in self._aliases}
         ranges = stage_layer_ranges(parts.config.num_hidden_layers, layout.pp_size)
         self._stage_of_name = {n: _stage_of(n, ranges) for n in full}

@@ -55,13 +55,12 @@ class Offloader:
         optimizer_state: bool,
         what: str,
         span: Callable[[str], contextlib.AbstractContextManager] | None = None,
-        host: torch.device = HOST,
     ) -> None:
-        self.module, self.optimizer, self.device, self.host = module, optimizer, device, host
+        self.module, self.optimizer, self.device = module, optimizer, device
         self.params = params
         self.optimizer_state = optimizer_state and optimizer is not None
         self.span = span or (lambda name: contextlib.nullcontext())
-        if (params or optimizer_state) and device == host:
+        if (params or optimizer_state) and device == HOST:
             logger.info("%s: offload options have no effect when the role runs on the host (%s).", what, device)
             self.params = self.optimizer_state = False
         self.offloaded_params = False
@@ -72,11 +71,11 @@ class Offloader:
             return
         with self.span("offload"):
             if self.params and not self.offloaded_params:
-                move_module(self.module, self.host)
+                move_module(self.module, HOST)
                 self.offloaded_params = True
             if self.optimizer_state and not self.offloaded_optimizer:
                 assert self.optimizer is not None
-                move_optimizer_state(self.optimizer, self.host)
+                move_optimizer_state(self.optimizer, HOST)
                 self.offloaded_optimizer = True
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()

@@ -18,10 +18,11 @@ from hybridrl.checkpoint.manager import CheckpointManager, read_state, resolve_r
 from hybridrl.cluster import ray_cluster
 from hybridrl.cluster.role_clients import RoleClients, make_clients
 from hybridrl.cluster.worker_group import WorkerGroup
+from hybridrl.config.choices import Strategy
 from hybridrl.config.loader import to_yaml
 from hybridrl.config.pools import ResourcePoolManager
 from hybridrl.config.roles import active_roles, engine_section
-from hybridrl.config.schema import Config, Strategy, TrainedRoleConfig
+from hybridrl.config.schema import Config, TrainedRoleConfig
 from hybridrl.data.dataset import build_datasets
 from hybridrl.logging_utils import quiet_libraries
 from hybridrl.models.loader import load_tokenizer

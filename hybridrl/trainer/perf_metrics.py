@@ -8,8 +8,9 @@ import torch
 from transformers import AutoConfig
 
 from hybridrl.cluster.worker_group import WorkerGroup
+from hybridrl.config.choices import Precision
 from hybridrl.config.roles import critic_enabled, ref_enabled
-from hybridrl.config.schema import Config, Precision
+from hybridrl.config.schema import Config
 from hybridrl.perf.device_peak import mfu, peak_flops
 from hybridrl.perf.flops import FlopsModel
 from hybridrl.protocol import Batch

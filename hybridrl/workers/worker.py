@@ -19,7 +19,8 @@ from torch.distributed.device_mesh import init_device_mesh
 
 from hybridrl.checkpoint.dcp_io import load_engine, save_engine
 from hybridrl.checkpoint.shards import load_rng, save_rng
-from hybridrl.config.schema import Config, Device
+from hybridrl.config.choices import Device
+from hybridrl.config.schema import Config
 from hybridrl.logging_utils import quiet_libraries
 from hybridrl.parallel import dist as hdist
 from hybridrl.parallel.host_memory import return_freed_memory

@@ -25,11 +25,11 @@ from hybridrl.checkpoint.manager import STATE
 from hybridrl.checkpoint.shards import save_engine_shard
 from hybridrl.config.loader import load_config
 from hybridrl.models.loader import load_causal_lm
-from hybridrl.models.tiny import ensure_tiny_model
 from hybridrl.parallel.engine import TrainEngine
 from hybridrl.parallel.factory import make_engine
 from hybridrl.parallel.launch import run_ranks
 from hybridrl.protocol import Batch
+from tests.tiny_models import tiny as tiny_model
 
 B, T, STEPS = 8, 6, 2  # sequences, tokens, optimizer steps before and after the checkpoint
 SAVED_LR = 1e-3
@@ -159,15 +159,7 @@ def as_checkpoint(root: Path, engine_dir: Path, model_path: str) -> Path:
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> str:
-    return ensure_tiny_model(
-        tmp_path_factory.mktemp("reshard") / "m",
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=64,
-        seed=0,
-    )
+    return tiny_model(tmp_path_factory.mktemp("reshard") / "m")
 
 
 @pytest.fixture(scope="module")
@@ -222,15 +214,7 @@ def test_one_process_loads_and_another_model_is_refused(tiny, source, tmp_path):
     model = load_causal_lm(tiny)
     load_engine(model, torch.optim.AdamW(model.parameters()), source / "ckpt", 0, 1)
     assert_equal({k: v.contiguous() for k, v in model.state_dict().items()}, load_file(source / "saved.safetensors"))
-    other = ensure_tiny_model(
-        tmp_path / "wide",
-        hidden_size=48,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=64,
-        seed=0,
-    )
+    other = tiny_model(tmp_path / "wide", hidden_size=48)
     model = load_causal_lm(other)
     with pytest.raises(ValueError, match=r"has shape \(17, 32\), this model's \(17, 48\)"):
         load_engine(model, torch.optim.AdamW(model.parameters()), source / "ckpt", 0, 1)

@@ -9,18 +9,10 @@ from importlib import resources
 
 import pytest
 
+from hybridrl.config.choices import Choice, PipelineSchedule, Precision, ShardingStrategy, Strategy
 from hybridrl.config.loader import ConfigError, load_config, to_yaml
 from hybridrl.config.render import render_defaults
-from hybridrl.config.schema import (
-    ActorConfig,
-    Choice,
-    Config,
-    FSDPConfig,
-    PipelineSchedule,
-    Precision,
-    ShardingStrategy,
-    Strategy,
-)
+from hybridrl.config.schema import ActorConfig, Config, FSDPConfig
 
 # Keys whose value is a user's mapping (their inner keys are the user's, not the schema's).
 USER_DICTS = {"data.task_kwargs", "resource_pool.pools", "resource_pool.mapping", "trainer.ray.env_vars"}

@@ -9,9 +9,9 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 from hybridrl.config.loader import load_config
 from hybridrl.models.loader import empty_causal_lm, empty_value_model, load_causal_lm, load_value_model
 from hybridrl.models.reward_model import build_tiny_reward_model, empty_reward_model, load_reward_model
-from hybridrl.models.tiny import ensure_tiny_model
 from hybridrl.models.weights import load_weights, materialize
 from hybridrl.parallel.launch import run_ranks
+from tests.tiny_models import tiny
 
 LAYOUTS = {
     "full_shard": ["actor_rollout_ref.actor.fsdp.sharding_strategy=FULL_SHARD"],
@@ -26,18 +26,6 @@ LAYOUTS = {
         "actor_rollout_ref.actor.parallel_config.megatron.pp_size=2",
     ],
 }
-
-
-def tiny(directory: str) -> str:
-    return ensure_tiny_model(
-        directory,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=64,
-        seed=0,
-    )
 
 
 def tied_model(directory: str) -> str:

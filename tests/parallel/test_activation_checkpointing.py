@@ -9,8 +9,8 @@ from safetensors.torch import load_file, save_file
 
 from hybridrl.config.loader import load_config
 from hybridrl.parallel.launch import run_ranks
-from tests.models.test_sharded_load import tiny
 from tests.parallel.test_megatron_parity import make_batch, megatron, overrides
+from tests.tiny_models import tiny
 
 LAYOUTS = {"fsdp": (), "megatron_tp2": megatron(tp=2), "megatron_pp2": megatron(pp=2)}
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import torch
 
-from hybridrl.config.schema import DType, Precision
+from hybridrl.config.choices import DType, Precision
 from hybridrl.models.loader import empty_causal_lm, load_causal_lm
 from hybridrl.models.weights import load_weights, materialize
 from hybridrl.parallel.dtypes import rollout_dtype, weights_dtype
-from tests.models.test_sharded_load import tiny
+from tests.tiny_models import tiny
 
 CPU, GPU = torch.device("cpu"), torch.device("cuda")
 

@@ -10,8 +10,8 @@ from safetensors.torch import load_file, save_file
 from hybridrl.config.loader import load_config
 from hybridrl.parallel.launch import run_ranks
 from hybridrl.parallel.offload import Offloader
-from tests.models.test_sharded_load import tiny
 from tests.parallel.test_fsdp_parity import make_batch, overrides
+from tests.tiny_models import tiny
 
 LAYOUTS = {
     "fsdp": [],

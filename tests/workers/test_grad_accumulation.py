@@ -10,8 +10,8 @@ from safetensors.torch import load_file, save_file
 from hybridrl.config.loader import load_config
 from hybridrl.parallel.launch import run_ranks
 from hybridrl.protocol import Batch
-from tests.models.test_sharded_load import tiny
 from tests.parallel.test_megatron_parity import R, make_batch, megatron, overrides
+from tests.tiny_models import tiny
 
 
 def ragged_batch(vocab: int) -> Batch:

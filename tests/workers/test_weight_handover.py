@@ -8,8 +8,8 @@ import torch
 from hybridrl.config.loader import load_config
 from hybridrl.parallel.launch import run_ranks
 from hybridrl.protocol import Batch
-from tests.models.test_sharded_load import tiny
 from tests.parallel.test_fsdp_parity import make_batch, overrides
+from tests.tiny_models import tiny
 
 
 def handover_on_rank(rank: int, world_size: int, model_path: str, rollout_dtype: str) -> None:

@@ -1,0 +1,17 @@
+"""The tiny model most multi-rank tests train: one spelling of its sizes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from hybridrl.models.tiny import ensure_tiny_model
+
+SIZES = dict(
+    hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=64, seed=0
+)
+
+
+def tiny(directory: str | Path, **overrides: Any) -> str:
+    """The tiny Qwen2 model and tokenizer in ``directory`` (written once), with ``overrides`` of its sizes."""
+    return ensure_tiny_model(directory, **{**SIZES, **overrides})
