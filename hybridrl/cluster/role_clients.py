@@ -58,6 +58,10 @@ class ActorRolloutClient(RoleClient):
         """``old_log_probs`` and ``old_entropy`` of the responses under the current policy."""
         return self._dp(ActorRolloutRole.compute_log_prob, batch)
 
+    def train_replicas(self) -> int:
+        """The data-parallel replicas the actor trains on (each gets an equal, contiguous share of rows)."""
+        return self.group.dp_layout(self.role, ActorRolloutRole.update_actor.__name__)[0].replicas
+
     def update_actor(self, batch: Batch) -> list[dict[str, float]]:
         """One PPO update on the batch; each replica's metrics."""
         return self._split(ActorRolloutRole.update_actor, batch)

@@ -64,6 +64,9 @@ class ModelConfig:
     enable_gradient_checkpointing: bool = doc(
         False, "actor: recompute each decoder layer in backward instead of keeping its activations"
     )
+    use_remove_padding: bool = doc(
+        False, "actor and reference: pack each micro-batch's real tokens into one sequence (no compute on padding)"
+    )
     tiny: TinyModelConfig = section(TinyModelConfig, "the built-in Qwen2-architecture model used when path is null")
 
 
@@ -73,6 +76,9 @@ class CriticModelConfig:
     value_head_init_std: float = doc(0.0, "std of the value head's initial weights (0 = zeros)")
     enable_gradient_checkpointing: bool = doc(
         False, "critic: recompute each decoder layer in backward instead of keeping its activations"
+    )
+    use_remove_padding: bool = doc(
+        False, "critic: pack each micro-batch's real tokens into one sequence (no compute on padding)"
     )
 
 
@@ -149,6 +155,10 @@ class TrainedRoleConfig:
     optim: OptimConfig = section(OptimConfig)
     ppo_mini_batch_size: int = doc(16, "prompts per optimizer step (x rollout.n sequences, split over workers)")
     ppo_micro_batch_size_per_gpu: int = doc(32, "sequences per forward/backward on one worker (gradient accumulation)")
+    use_dynamic_bsz: bool = doc(
+        False, "micro-batches filled up to ppo_max_token_len_per_gpu real tokens instead of a row count"
+    )
+    ppo_max_token_len_per_gpu: int = doc(16384, "use_dynamic_bsz: tokens per forward/backward on one worker")
     ppo_epochs: int = doc(2, "passes over each step's rollouts")
     shuffle: bool = doc(False, "shuffle sequences between PPO epochs")
     grad_clip: float = doc(1.0, "max global gradient norm")
@@ -209,6 +219,8 @@ class RolloutConfig:
     top_k: int = doc(0, "0 = off")
     top_p: float = doc(1.0, "nucleus sampling; 1.0 = off")
     log_prob_micro_batch_size_per_gpu: int = doc(64, "sequences per forward when computing old log-probs")
+    log_prob_use_dynamic_bsz: bool = doc(False, "old log-probs: micro-batches of log_prob_max_token_len_per_gpu tokens")
+    log_prob_max_token_len_per_gpu: int = doc(16384, "log_prob_use_dynamic_bsz: tokens per forward on one worker")
     dtype: DType = doc(
         DType.auto,
         "generation weights' dtype: auto = bfloat16 on GPU; on CPU bfloat16 if actor.precision=bf16, else float32",
@@ -225,6 +237,8 @@ class RolloutConfig:
 @dataclass(frozen=True)
 class RefConfig:
     log_prob_micro_batch_size_per_gpu: int = doc(64, "sequences per forward of the frozen reference policy")
+    log_prob_use_dynamic_bsz: bool = doc(False, "micro-batches of log_prob_max_token_len_per_gpu tokens")
+    log_prob_max_token_len_per_gpu: int = doc(16384, "log_prob_use_dynamic_bsz: tokens per forward on one worker")
     param_offload: bool = doc(False, "GPU: keep the reference weights in host memory except during its forward")
 
 
@@ -241,6 +255,8 @@ class CriticConfig(TrainedRoleConfig):
     enable: bool | None = doc(None, "null = when algorithm.adv_estimator needs values (gae); false = never")
     model: CriticModelConfig = section(CriticModelConfig)
     forward_micro_batch_size_per_gpu: int = doc(64, "sequences per forward when computing values")
+    ppo_max_token_len_per_gpu: int = doc(32768, "use_dynamic_bsz: tokens per forward/backward on one worker")
+    forward_max_token_len_per_gpu: int = doc(32768, "use_dynamic_bsz: tokens per forward when computing values")
     cliprange_value: float | None = doc(0.5, "value clipping around the old values; null = no clipping")
 
 
@@ -314,6 +330,9 @@ class RewardModelModelConfig:
     path: str | None = doc(None, "local Hugging Face sequence-classification directory (num_labels=1)")
     tokenizer_path: str | None = doc(None, "null = model.path")
     trust_remote_code: bool = doc(False, "allow custom modelling code shipped with the model")
+    use_remove_padding: bool = doc(
+        False, "reward model: pack each micro-batch's real tokens into one sequence (no compute on padding)"
+    )
 
 
 @dataclass(frozen=True)
@@ -394,6 +413,9 @@ class TrainerConfig:
     straggler_min_seconds: float = doc(0.05, "...and at least this long (shorter calls are noise)")
     cluster_stats_interval: int = doc(
         1, "record Ray object-store usage and spilling every this many steps (one GCS query, ~40 ms)"
+    )
+    balance_batch: bool = doc(
+        True, "reorder each step's sequences so every data-parallel worker gets about as many tokens"
     )
     save_hf: bool = doc(True, "write the trained actor to <output_dir>/actor_hf at the end")
     save_freq: int = doc(50, "checkpoint every this many steps and at the last step; -1 = never")

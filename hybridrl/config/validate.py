@@ -217,6 +217,7 @@ def validate(cfg: Config) -> None:
             _pp_microbatches(critic),
         )
     _check_sharding(cfg, workers)
+    _check_token_budgets(cfg)
     for role in sorted(set(workers) - {"actor_rollout"}):
         if (prompts * n) % replicas[role]:
             _fail(
@@ -274,6 +275,46 @@ def _check_data_and_rewards(cfg: Config) -> None:
         _fail(f"actor_rollout_ref.rollout.val_kwargs.n={cfg.actor_rollout_ref.rollout.val_kwargs.n} must be >= 1.")
     if cfg.trainer.val_generations_to_log < 0:
         _fail("trainer.val_generations_to_log must be >= 0.")
+
+
+def _check_token_budgets(cfg: Config) -> None:
+    """Token-budget micro-batches (``use_dynamic_bsz``) must hold the longest sequence; under pipeline
+    parallel they need packed rows, since a pipeline pass cuts its input into equal-size micro-batches."""
+    arr, critic = cfg.actor_rollout_ref, cfg.critic
+    longest = cfg.data.max_prompt_length + cfg.data.max_response_length
+    budgets = [
+        ("actor_rollout_ref.actor", arr.actor, arr.model.use_remove_padding, arr.actor.use_dynamic_bsz,
+         {"ppo_max_token_len_per_gpu": arr.actor.ppo_max_token_len_per_gpu}),
+        ("actor_rollout_ref.rollout", arr.actor, arr.model.use_remove_padding, arr.rollout.log_prob_use_dynamic_bsz,
+         {"log_prob_max_token_len_per_gpu": arr.rollout.log_prob_max_token_len_per_gpu}),
+        ("actor_rollout_ref.ref", arr.actor, arr.model.use_remove_padding, arr.ref.log_prob_use_dynamic_bsz,
+         {"log_prob_max_token_len_per_gpu": arr.ref.log_prob_max_token_len_per_gpu}),
+        ("critic", critic, critic.model.use_remove_padding, critic.use_dynamic_bsz,
+         {"ppo_max_token_len_per_gpu": critic.ppo_max_token_len_per_gpu,
+          "forward_max_token_len_per_gpu": critic.forward_max_token_len_per_gpu}),
+    ]  # fmt: skip
+    for prefix, layout, packed, dynamic, keys in budgets:
+        megatron = layout.parallel_config.megatron
+        pipeline = layout.strategy == Strategy.megatron and megatron.pp_size > 1
+        model_key = "critic.model" if prefix == "critic" else "actor_rollout_ref.model"
+        if packed and pipeline and megatron.pp_microbatches is not None:
+            _fail(
+                f"{model_key}.use_remove_padding=true packs each micro-batch into one pipeline micro-batch: "
+                f"drop parallel_config.megatron.pp_microbatches ({megatron.pp_microbatches})."
+            )
+        if not dynamic:
+            continue
+        if pipeline and not packed:
+            _fail(
+                f"{prefix} token-budget micro-batches under pipeline parallel (pp_size={megatron.pp_size}) need "
+                f"{model_key}.use_remove_padding=true: a pipeline pass needs equal-size micro-batches."
+            )
+        for key, value in keys.items():
+            if value < longest:
+                _fail(
+                    f"{prefix}.{key}={value} is shorter than the longest sequence (data.max_prompt_length + "
+                    f"data.max_response_length = {longest}); raise it."
+                )
 
 
 def _pp_microbatches(section: TrainedRoleConfig) -> int | None:

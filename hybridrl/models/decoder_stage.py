@@ -107,12 +107,17 @@ class DecoderStage(nn.Module):
         self.tp_mesh = tp_mesh
         self.sequence_parallel = sequence_parallel and tp_mesh is not None
 
-    def forward(self, x: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, attention_mask: torch.Tensor | None = None, position_ids: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """``attention_mask`` None: packed rows (``hybridrl.parallel.packing``), kept apart by their
+        ``position_ids``, which restart at 0 for each row."""
+        assert position_ids is not None, "the stage needs position ids"
         backbone = self.parts.backbone
         config = self.parts.config
         hidden: Any = backbone.embed_tokens(x) if self.is_first else x  # a DTensor under sequence parallel
         local = hidden.to_local() if hasattr(hidden, "to_local") else hidden
-        batch, seq = attention_mask.shape
+        batch, seq = position_ids.shape
         # The masks need only the batch/sequence shape, dtype and device of the embeddings.
         probe = local.new_empty(batch, seq, 1)
         mask_kwargs = dict(

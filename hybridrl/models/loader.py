@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
+from hybridrl.config.choices import Precision
 from hybridrl.models.weights import WeightSource, params_on_meta
 
 
@@ -58,15 +60,29 @@ def load_causal_lm(path: str, trust_remote_code: bool = False, dtype: torch.dtyp
     return model
 
 
+def attention_implementation(device: torch.device, precision: Precision, packed: bool) -> str:
+    """``flash_attention_2`` for packed rows on a GPU in half precision when flash-attn is installed: its
+    variable-length kernel keeps the rows apart from their position ids, with no (tokens x tokens) mask.
+    ``sdpa`` otherwise (for packed rows with a block-diagonal mask built by Hugging Face)."""
+    if (
+        packed
+        and device.type == "cuda"
+        and precision in (Precision.bf16, Precision.fp16)
+        and importlib.util.find_spec("flash_attn") is not None
+    ):
+        return "flash_attention_2"
+    return "sdpa"
+
+
 def empty_causal_lm(
-    path: str, trust_remote_code: bool = False, dtype: torch.dtype = torch.float32
+    path: str, trust_remote_code: bool = False, dtype: torch.dtype = torch.float32, attn_implementation: str = "sdpa"
 ) -> tuple[PreTrainedModel, WeightSource]:
     """The causal LM of ``path`` with its parameters on the meta device, and where its weights are."""
     _check_dir(path, "Model")
     config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code, local_files_only=True)
     with params_on_meta():
         model = AutoModelForCausalLM.from_config(
-            config, dtype=dtype, trust_remote_code=trust_remote_code, attn_implementation="sdpa"
+            config, dtype=dtype, trust_remote_code=trust_remote_code, attn_implementation=attn_implementation
         )
     if (Path(path) / "generation_config.json").exists():  # from_pretrained reads it too (EOS ids, sampling)
         model.generation_config = GenerationConfig.from_pretrained(path, local_files_only=True)
@@ -100,8 +116,9 @@ class ValueModel(nn.Module):
         nn.init.zeros_(self.value_head.bias)
 
     def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, position_ids: torch.Tensor
     ) -> torch.Tensor:
+        """``attention_mask`` None: packed rows told apart by their restarting ``position_ids``."""
         hidden = self.backbone(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -121,7 +138,12 @@ def value_head_init(hidden_size: int, init_std: float, seed: int) -> dict[str, t
 
 
 def empty_value_model(
-    path: str, trust_remote_code: bool = False, init_std: float = 0.0, seed: int = 0, dtype: torch.dtype = torch.float32
+    path: str,
+    trust_remote_code: bool = False,
+    init_std: float = 0.0,
+    seed: int = 0,
+    dtype: torch.dtype = torch.float32,
+    attn_implementation: str = "sdpa",
 ) -> tuple[ValueModel, WeightSource]:
     """The critic with its parameters on the meta device; the backbone reads a causal LM's ``model.*``
     weights (or a bare backbone's), the value head starts from ``value_head_init``."""
@@ -129,7 +151,7 @@ def empty_value_model(
     config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code, local_files_only=True)
     with params_on_meta():
         backbone = AutoModel.from_config(
-            config, dtype=dtype, trust_remote_code=trust_remote_code, attn_implementation="sdpa"
+            config, dtype=dtype, trust_remote_code=trust_remote_code, attn_implementation=attn_implementation
         )
         model = ValueModel(backbone, config.hidden_size, init_std).to(dtype)
     source = WeightSource(

@@ -20,6 +20,7 @@ from torch import nn
 from hybridrl.config.choices import Precision
 from hybridrl.config.schema import OptimConfig
 from hybridrl.models.weights import tied_aliases
+from hybridrl.parallel.packing import ModelOutput, PackedOutput, pack_rows
 from hybridrl.parallel.precision import DynamicLossScaler
 
 if TYPE_CHECKING:
@@ -37,8 +38,12 @@ class TrainEngine:
         optim_cfg: OptimConfig | None = None,
         state_dict_fn: Callable[[nn.Module], dict] | None = None,
         loss_scaler: DynamicLossScaler | None = None,
+        remove_padding: bool = False,
     ) -> None:
+        """``remove_padding``: the model sees each micro-batch's real tokens packed into one sequence
+        (``hybridrl.parallel.packing``) and returns a ``PackedOutput``."""
         self.model = model
+        self.remove_padding = remove_padding
         self.loss_scaler = loss_scaler
         self.device = device
         self.precision = precision
@@ -73,8 +78,14 @@ class TrainEngine:
         return True
 
     # -- forward / backward over micro-batches ------------------------------------------------------
-    def model_output(self, batch: Batch) -> torch.Tensor:
-        """Logits (causal LM) or values (value model) for every position of ``batch``."""
+    def model_output(self, batch: Batch) -> ModelOutput:
+        """Logits (causal LM) or values (value model) for every position of ``batch``, or for each of its
+        real tokens (``PackedOutput``) with ``remove_padding``."""
+        if self.remove_padding:
+            t = batch.tensors
+            rows = pack_rows(t["input_ids"], t["attention_mask"], t["position_ids"])
+            out = self.model(input_ids=rows.input_ids, attention_mask=None, position_ids=rows.position_ids)
+            return PackedOutput(getattr(out, "logits", out), rows)
         out = self.model(
             input_ids=batch.tensors["input_ids"],
             attention_mask=batch.tensors["attention_mask"],
@@ -82,7 +93,7 @@ class TrainEngine:
         )
         return getattr(out, "logits", out)
 
-    def forward_micro_batches(self, micro: list[Batch], head: Callable[[torch.Tensor, Batch], Any]) -> list[Any]:
+    def forward_micro_batches(self, micro: list[Batch], head: Callable[[ModelOutput, Batch], Any]) -> list[Any]:
         """``head(output, micro_batch)`` for each micro-batch, without gradients (log-probs, values)."""
         results = []
         with torch.no_grad():
@@ -95,7 +106,7 @@ class TrainEngine:
     def forward_backward(
         self,
         micro: list[Batch],
-        loss_fn: Callable[[torch.Tensor, Batch], tuple[torch.Tensor, dict[str, float]]],
+        loss_fn: Callable[[ModelOutput, Batch], tuple[torch.Tensor, dict[str, float]]],
         *,
         average: bool = True,
     ) -> list[dict]:
@@ -116,6 +127,15 @@ class TrainEngine:
             value = value.to(self.device)
             dist.all_reduce(value, group=self._dp_group())
         return value
+
+    def max_over_group(self, value: int) -> int:
+        """The largest ``value`` over every rank of the group: e.g. how many micro-batches each rank runs,
+        since FSDP's all-gathers need every rank in every forward."""
+        if not dist.is_initialized() or dist.get_world_size() == 1:
+            return value
+        flag = torch.tensor([value], dtype=torch.int64, device=self.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return int(flag.item())
 
     def _dp_group(self) -> Any:
         return None  # FSDP averages gradients over every rank of the group: the default group

@@ -26,6 +26,7 @@ def make_engine(
     train: bool,
     ranks_per_node: int | None = None,
     weights: WeightSource | None = None,
+    remove_padding: bool = False,
 ) -> TrainEngine:
     """Wrap ``model`` with the strategy of its role's ``section``; ``train`` gives it the section's optimizer
     (the reference and reward models are frozen). The reward model's section has no strategy: always FSDP.
@@ -34,7 +35,8 @@ def make_engine(
     megatron: pp x dp x tp) build it from the same ranks.
 
     With ``weights``, ``model`` is empty (parameters on the meta device): it is sharded first, then each
-    rank allocates and reads only its shards, so no rank ever holds the whole model."""
+    rank allocates and reads only its shards, so no rank ever holds the whole model. ``remove_padding``: the
+    model runs on packed rows (``hybridrl.parallel.packing``)."""
     trained = section if train and isinstance(section, TrainedRoleConfig) else None
     optim = trained.optim if trained is not None else None
     scaler = None
@@ -54,6 +56,7 @@ def make_engine(
             optim_cfg=optim,
             loss_scaler=scaler,
             weights=weights,
+            remove_padding=remove_padding,
         )
     fsdp = section.fsdp
     if fsdp.sharding_strategy in (ShardingStrategy.NO_SHARD, ShardingStrategy.HYBRID_SHARD):
@@ -72,4 +75,12 @@ def make_engine(
     )
     if weights is not None:  # FSDP2's CPU offload keeps the sharded parameters on the host
         load_weights(materialize(model, torch.device("cpu") if fsdp.cpu_offload else device), weights)
-    return TrainEngine(model, device, section.precision, optim, state_dict_fn=full_state_dict, loss_scaler=scaler)
+    return TrainEngine(
+        model,
+        device,
+        section.precision,
+        optim,
+        state_dict_fn=full_state_dict,
+        loss_scaler=scaler,
+        remove_padding=remove_padding,
+    )

@@ -27,6 +27,7 @@ from hybridrl.models.weights import WeightSource, load_weights, materialize, tie
 from hybridrl.parallel.engine import TrainEngine
 from hybridrl.parallel.layout import MegatronLayout
 from hybridrl.parallel.megatron import apply_tensor_parallel, megatron_mesh
+from hybridrl.parallel.packing import ModelOutput, PackedOutput, PackedRows, pack_rows, pad_packed
 from hybridrl.parallel.precision import DynamicLossScaler
 from hybridrl.protocol import Batch
 
@@ -53,26 +54,35 @@ def _stage_of(name: str, ranges: list[range]) -> int:
     return 0 if "embed_tokens" in name else len(ranges) - 1
 
 
+#: Packed micro-batches of one pipeline pass are padded to a multiple of this many tokens, so that passes
+#: share a few shapes (a pipeline stage and schedule is built, with a throw-away pass, per input shape).
+PACKED_LENGTH_STEP = 128
+
+
+def _round_up(value: int, step: int) -> int:
+    return -(-value // step) * step
+
+
 class _PipelineCall:
-    """The last stage's per-micro-batch function for one pipeline pass: ``fn(output, rows)`` where the
-    schedule's target is the row indices of the micro-batch, so the loss can use any column of the batch."""
+    """The last stage's per-micro-batch function for one pipeline pass: ``fn(output, micro_batch)``. The
+    schedule's target is the row indices of the micro-batch (``inputs`` maps them and the stage's output
+    to what ``fn`` takes), so the loss can use any column of the batch."""
 
     def __init__(
         self,
-        batch: Batch,
-        seq: int,
+        inputs: Callable[[torch.Tensor, torch.Tensor], tuple[ModelOutput, Batch]],
         fn: Callable,
         train: bool,
         n: int,
         loss_scaler: DynamicLossScaler | None,
         average: bool = True,
     ) -> None:
-        self.batch, self.seq, self.fn, self.train, self.n, self.loss_scaler = batch, seq, fn, train, n, loss_scaler
+        self.inputs, self.fn, self.train, self.n, self.loss_scaler = inputs, fn, train, n, loss_scaler
         self.average = average
         self.results: list[Any] = []
 
     def __call__(self, output: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-        value = self.fn(output[:, : self.seq], self.batch[rows])
+        value = self.fn(*self.inputs(output, rows))
         if not self.train:
             self.results.append(value)
             return output.new_zeros(())
@@ -97,6 +107,7 @@ class MegatronEngine(TrainEngine):
         optim_cfg: OptimConfig | None = None,
         loss_scaler: DynamicLossScaler | None = None,
         weights: WeightSource | None = None,
+        remove_padding: bool = False,
     ) -> None:
         """With ``weights``, ``model`` is empty (meta parameters): this rank keeps its stage, shards it over
         the tensor-parallel ranks, then allocates and reads only its slices."""
@@ -141,7 +152,13 @@ class MegatronEngine(TrainEngine):
                 f"unexpectedly: the model's parameter names do not follow the decoder layout."
             )
         super().__init__(
-            model, device, precision, optim_cfg, state_dict_fn=self._gather_full_state, loss_scaler=loss_scaler
+            model,
+            device,
+            precision,
+            optim_cfg,
+            state_dict_fn=self._gather_full_state,
+            loss_scaler=loss_scaler,
+            remove_padding=remove_padding,
         )
 
     # -- layout --------------------------------------------------------------------------------
@@ -158,23 +175,30 @@ class MegatronEngine(TrainEngine):
         return self.layout.collects
 
     # -- forward / backward --------------------------------------------------------------------
-    def _pad_sequence(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Sequence parallel splits the sequence evenly over tp ranks: pad on the right (masked, and
-        causal attention keeps earlier positions unchanged); outputs are cut back to the true length."""
-        ids, mask, pos = (batch.tensors[k] for k in ("input_ids", "attention_mask", "position_ids"))
-        extra = -ids.shape[1] % self.layout.tp_size if self.sequence_parallel else 0
-        if extra:
-            step = torch.arange(1, extra + 1, device=pos.device).expand(pos.shape[0], extra)
-            ids = torch.cat([ids, ids.new_zeros(ids.shape[0], extra)], dim=1)
-            mask = torch.cat([mask, mask.new_zeros(mask.shape[0], extra)], dim=1)
-            pos = torch.cat([pos, pos[:, -1:] + step], dim=1)
-        return ids, mask, pos
+    def _sequence_multiple(self) -> int:
+        """Sequence parallel splits the sequence evenly over tp ranks: inputs are padded on the right to a
+        multiple of tp_size (masked, and causal attention keeps earlier positions unchanged); outputs are
+        cut back to the true length."""
+        return self.layout.tp_size if self.sequence_parallel else 1
 
-    def model_output(self, batch: Batch) -> torch.Tensor:
+    def _pad_sequence(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        ids, mask, pos = (batch.tensors[k] for k in ("input_ids", "attention_mask", "position_ids"))
+        length = _round_up(ids.shape[1], self._sequence_multiple())
+        padded_ids, padded_pos = pad_packed(ids, pos, length)
+        return padded_ids, torch.cat([mask, mask.new_zeros(mask.shape[0], length - ids.shape[1])], dim=1), padded_pos
+
+    def model_output(self, batch: Batch) -> ModelOutput:
+        if self.remove_padding:
+            t = batch.tensors
+            rows = pack_rows(t["input_ids"], t["attention_mask"], t["position_ids"])
+            ids, pos = pad_packed(
+                rows.input_ids, rows.position_ids, _round_up(rows.num_tokens, self._sequence_multiple())
+            )
+            return PackedOutput(self.stage(ids, None, pos)[:, : rows.num_tokens], rows)
         ids, mask, pos = self._pad_sequence(batch)
         return self.stage(ids, mask, pos)[:, : batch.tensors["input_ids"].shape[1]]
 
-    def forward_micro_batches(self, micro: list[Batch], head: Callable[[torch.Tensor, Batch], Any]) -> list[Any]:
+    def forward_micro_batches(self, micro: list[Batch], head: Callable[[ModelOutput, Batch], Any]) -> list[Any]:
         if self.layout.pp_size == 1:
             return super().forward_micro_batches(micro, head)
         with torch.no_grad():
@@ -183,7 +207,7 @@ class MegatronEngine(TrainEngine):
     def forward_backward(
         self,
         micro: list[Batch],
-        loss_fn: Callable[[torch.Tensor, Batch], tuple[torch.Tensor, dict[str, float]]],
+        loss_fn: Callable[[ModelOutput, Batch], tuple[torch.Tensor, dict[str, float]]],
         *,
         average: bool = True,
     ) -> list[dict]:
@@ -195,24 +219,54 @@ class MegatronEngine(TrainEngine):
         return self.dp_group
 
     def _run_pipeline(self, micro: list[Batch], fn: Callable, train: bool, average: bool = True) -> list[Any]:
-        """One pipeline schedule over ``micro`` (equal-size micro-batches in training). Only the last stage
-        computes ``fn``; it returns the per-micro-batch results there and an empty list elsewhere."""
-        batch = Batch.concat(micro).to(self.device)
-        n = self.num_microbatches or len(micro)
-        ids, mask, pos = self._pad_sequence(batch)
-        call = _PipelineCall(batch, batch.tensors["input_ids"].shape[1], fn, train, n, self.loss_scaler, average)
+        """One pipeline schedule over ``micro`` (equal-size micro-batches in training; packed, any sizes).
+        Only the last stage computes ``fn``; it returns the per-micro-batch results there and an empty list
+        elsewhere."""
+        if self.remove_padding:
+            n = len(micro)
+            ids, mask, pos, inputs = self._packed_pipeline_inputs(micro)
+        else:
+            batch = Batch.concat(micro).to(self.device)
+            n = self.num_microbatches or len(micro)
+            ids, mask, pos = self._pad_sequence(batch)
+            seq = batch.tensors["input_ids"].shape[1]
+
+            def inputs(output: torch.Tensor, rows: torch.Tensor) -> tuple[ModelOutput, Batch]:
+                return output[:, :seq], batch[rows]
+
+        call = _PipelineCall(inputs, fn, train, n, self.loss_scaler, average)
         schedule = self._schedule_for(tuple(ids.shape), n, train, call)
         layout = self.layout
         args = (ids,) if layout.is_first_stage else ()
-        target = torch.arange(len(batch), device=self.device) if layout.is_last_stage else None
+        target = torch.arange(ids.shape[0], device=self.device) if layout.is_last_stage else None
+        kwargs = {"position_ids": pos} if mask is None else {"attention_mask": mask, "position_ids": pos}
         with self.autocast():
             if train:
-                schedule.step(*args, target=target, attention_mask=mask, position_ids=pos)
+                schedule.step(*args, target=target, **kwargs)
             else:
-                schedule.eval(*args, target=target, attention_mask=mask, position_ids=pos)
+                schedule.eval(*args, target=target, **kwargs)
         # A new schedule first infers activation shapes with one throw-away forward/backward, which also
         # calls the loss on made-up inputs: the real micro-batches are the last ``n`` calls.
         return call.results[-n:] if call.results else []
+
+    def _packed_pipeline_inputs(
+        self, micro: list[Batch]
+    ) -> tuple[torch.Tensor, None, torch.Tensor, Callable[[torch.Tensor, torch.Tensor], tuple[ModelOutput, Batch]]]:
+        """Each micro-batch packed into one row of an (n, length) input, padded to a shared length: the
+        schedule gives each micro-batch its own row, whatever its size."""
+        micro = [mb.to(self.device) for mb in micro]
+        packed: list[PackedRows] = [
+            pack_rows(*(mb.tensors[k] for k in ("input_ids", "attention_mask", "position_ids"))) for mb in micro
+        ]
+        step = math.lcm(PACKED_LENGTH_STEP, self._sequence_multiple())
+        length = _round_up(max(p.num_tokens for p in packed), step)
+        rows = [pad_packed(p.input_ids, p.position_ids, length) for p in packed]
+
+        def inputs(output: torch.Tensor, index: torch.Tensor) -> tuple[ModelOutput, Batch]:
+            i = int(index[0])
+            return PackedOutput(output[:, : packed[i].num_tokens], packed[i]), micro[i]
+
+        return torch.cat([r[0] for r in rows]), None, torch.cat([r[1] for r in rows]), inputs
 
     def _schedule_for(self, shape: tuple[int, ...], n: int, train: bool, call: _PipelineCall) -> Any:
         """A stage and schedule per input shape: a stage fixes its activation shapes when first run."""

@@ -24,6 +24,7 @@ from hybridrl.cluster.ray_cluster import object_store_stats
 from hybridrl.cluster.role_clients import RoleClients
 from hybridrl.config.schema import Config
 from hybridrl.data.dataset import EpochSampler, PromptDataset
+from hybridrl.parallel.partition import balanced_partition, token_imbalance
 from hybridrl.protocol import Batch
 from hybridrl.rewards.scorer import RewardScorer
 from hybridrl.seeds import rollout_seed, step_seed
@@ -150,6 +151,20 @@ class PPOTrainer:
             )
         return Batch.concat([b for b in kept + dropped if len(b)])[:wanted]
 
+    def _balance(self, batch: Batch, metrics: dict) -> Batch:
+        """Rows reordered so that each data-parallel replica's contiguous share holds about as many real
+        tokens (verl's ``balance_batch``): with ragged responses the replica with the longest rows would
+        otherwise set every phase's time. GRPO groups travel by ``uid``, not by position."""
+        replicas = self.roles.actor_rollout.train_replicas()
+        if replicas == 1 or len(batch) % replicas:
+            return batch
+        lengths = batch.tensors["attention_mask"].sum(-1).tolist()
+        shares = np.array_split(np.arange(len(batch)), replicas)
+        bins = balanced_partition(lengths, replicas, equal_size=True)
+        metrics["train/dp_token_imbalance_before"] = token_imbalance(lengths, shares)
+        metrics["train/dp_token_imbalance"] = token_imbalance(lengths, bins)
+        return batch[np.concatenate(bins)]
+
     # -- evaluation ----------------------------------------------------------------------------
     def _evaluate(self, batch: Batch, timings: dict) -> None:
         forward_in = batch.select(tensor_keys=FORWARD_KEYS, non_tensor_keys=[], meta_keys=[])
@@ -212,6 +227,8 @@ class PPOTrainer:
         self._update_started = False
         with self.monitor.phase("step", timings):
             batch = self._rollout(step, timings, metrics)
+            if self.cfg.trainer.balance_batch:
+                batch = self._balance(batch, metrics)
             batch.meta["seed"] = step_seed(self.cfg.trainer.seed, step)
             self._evaluate(batch, timings)
             with self.monitor.phase("adv", timings):

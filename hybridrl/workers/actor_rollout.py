@@ -10,15 +10,21 @@ import torch
 
 from hybridrl.algorithms.losses import agg_loss, compute_kl_loss, get_policy_loss
 from hybridrl.config.schema import ActorConfig, Config, ModelConfig, RolloutConfig
-from hybridrl.models.loader import empty_causal_lm, enable_activation_checkpointing, load_tokenizer
+from hybridrl.models.loader import (
+    attention_implementation,
+    empty_causal_lm,
+    enable_activation_checkpointing,
+    load_tokenizer,
+)
 from hybridrl.models.weights import materialize
 from hybridrl.parallel.dtypes import rollout_dtype, weights_dtype
 from hybridrl.parallel.engine import state_digest
+from hybridrl.parallel.packing import ModelOutput
 from hybridrl.protocol import Batch
 from hybridrl.rollout.hf_engine import HFRolloutEngine
 from hybridrl.seeds import rank_sampling_seed
 from hybridrl.workers.context import DataLayout, EngineRole, WorkerContext, build_engine
-from hybridrl.workers.forward import micro_batches, ppo_update, response_log_probs
+from hybridrl.workers.forward import MicroBatching, forward_rows, ppo_update, response_log_probs
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +46,12 @@ class ActorRolloutRole(EngineRole):
         self.tokenizer = load_tokenizer(ctx.tokenizer_path, model.trust_remote_code)
         # Built empty and filled shard by shard: no rank holds the whole fp32 model.
         dtype = weights_dtype(actor.fsdp.model_dtype, trained=True, device=ctx.device)
-        empty, weights = empty_causal_lm(ctx.model_path, model.trust_remote_code, dtype)
+        empty, weights = empty_causal_lm(
+            ctx.model_path,
+            model.trust_remote_code,
+            dtype,
+            attention_implementation(ctx.device, actor.precision, model.use_remove_padding),
+        )
         if model.enable_gradient_checkpointing:
             enable_activation_checkpointing(empty)
         self.engine, self.offload = build_engine(
@@ -52,6 +63,7 @@ class ActorRolloutRole(EngineRole):
             what="actor",
             param_offload=actor.fsdp.param_offload,
             optimizer_offload=actor.fsdp.optimizer_offload,
+            remove_padding=model.use_remove_padding,
         )
         # The generation copy is allocated empty in its own dtype and filled by the first hand-over.
         self.rollout_dtype = rollout_dtype(rollout.dtype, actor.precision, ctx.device)
@@ -122,20 +134,23 @@ class ActorRolloutRole(EngineRole):
 
     # -- evaluation ----------------------------------------------------------------------------
     def compute_log_prob(self, batch: Batch) -> Batch | None:
-        micro = self.rollout_cfg.log_prob_micro_batch_size_per_gpu
-        temperature = self.rollout_cfg.temperature
-        with self.offload.resident():
-            out = self.engine.forward_micro_batches(
-                micro_batches(batch, micro), lambda logits, mb: response_log_probs(logits, mb, temperature, True)
-            )
-        if not out:  # an early pipeline stage: the last stage holds the result
-            return None
-        return Batch.from_dict(
-            tensors={
-                "old_log_probs": torch.cat([lp.cpu() for lp, _ in out]),
-                "old_entropy": torch.cat([ent.cpu() for _, ent in out]),
-            }
+        cfg = self.rollout_cfg
+        how = MicroBatching(
+            cfg.log_prob_micro_batch_size_per_gpu,
+            cfg.log_prob_max_token_len_per_gpu if cfg.log_prob_use_dynamic_bsz else None,
+            "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu",
         )
+
+        def head(logits: ModelOutput, mb: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+            log_probs, entropy = response_log_probs(logits, mb, cfg.temperature, True)
+            assert entropy is not None
+            return log_probs, entropy
+
+        with self.offload.resident():
+            out = forward_rows(self.engine, batch, how, head)
+        if out is None:  # an early pipeline stage: the last stage holds the result
+            return None
+        return Batch.from_dict(tensors={"old_log_probs": out[0], "old_entropy": out[1]})
 
     # -- update --------------------------------------------------------------------------------
     def update_actor(self, batch: Batch) -> dict[str, float]:
@@ -144,7 +159,7 @@ class ActorRolloutRole(EngineRole):
         clip_low = cfg.clip_ratio if cfg.clip_ratio_low is None else cfg.clip_ratio_low
         clip_high = cfg.clip_ratio if cfg.clip_ratio_high is None else cfg.clip_ratio_high
 
-        def micro_loss(logits: torch.Tensor, mb: Batch) -> tuple[torch.Tensor, dict[str, float]]:
+        def micro_loss(logits: ModelOutput, mb: Batch) -> tuple[torch.Tensor, dict[str, float]]:
             mask = mb.tensors["response_mask"].float()
             log_prob, entropy = response_log_probs(
                 logits,

@@ -65,6 +65,7 @@ def build_engine(
     what: str,
     param_offload: bool,
     optimizer_offload: bool = False,
+    remove_padding: bool = False,
 ) -> tuple[TrainEngine, Offloader]:
     """A role's engine from its empty ``model`` (sharded, then filled from ``weights``), and the offloader
     that keeps it in host memory between the role's phases (the role offloads it once it is ready)."""
@@ -76,6 +77,7 @@ def build_engine(
         train=train,
         ranks_per_node=ctx.ranks_per_node,
         weights=weights,
+        remove_padding=remove_padding,
     )
     if not train:
         engine.model.eval()

@@ -7,12 +7,13 @@ import torch
 from hybridrl.algorithms.losses import compute_value_loss
 from hybridrl.algorithms.utils import masked_mean
 from hybridrl.config.schema import Config, CriticConfig
-from hybridrl.models.loader import empty_value_model, enable_activation_checkpointing
+from hybridrl.models.loader import attention_implementation, empty_value_model, enable_activation_checkpointing
 from hybridrl.parallel.dtypes import weights_dtype
+from hybridrl.parallel.packing import ModelOutput
 from hybridrl.protocol import Batch
 from hybridrl.seeds import critic_update_seed
 from hybridrl.workers.context import EngineRole, WorkerContext, build_engine
-from hybridrl.workers.forward import micro_batches, ppo_update, response_values
+from hybridrl.workers.forward import MicroBatching, forward_rows, ppo_update, response_values
 
 
 class CriticRole(EngineRole):
@@ -27,6 +28,7 @@ class CriticRole(EngineRole):
             cfg.model.value_head_init_std,
             seed,
             weights_dtype(cfg.fsdp.model_dtype, trained=True, device=ctx.device),
+            attention_implementation(ctx.device, cfg.precision, cfg.model.use_remove_padding),
         )
         if cfg.model.enable_gradient_checkpointing:
             enable_activation_checkpointing(model)
@@ -39,6 +41,7 @@ class CriticRole(EngineRole):
             what="critic",
             param_offload=cfg.fsdp.param_offload,
             optimizer_offload=cfg.fsdp.optimizer_offload,
+            remove_padding=cfg.model.use_remove_padding,
         )
         self.offload.offload()
 
@@ -53,18 +56,22 @@ class CriticRole(EngineRole):
         )
 
     def compute_values(self, batch: Batch) -> Batch | None:
+        cfg = self.cfg
+        how = MicroBatching(
+            cfg.forward_micro_batch_size_per_gpu,
+            cfg.forward_max_token_len_per_gpu if cfg.use_dynamic_bsz else None,
+            "critic.forward_max_token_len_per_gpu",
+        )
         with self.offload.resident():
-            out = self.engine.forward_micro_batches(
-                micro_batches(batch, self.cfg.forward_micro_batch_size_per_gpu), response_values
-            )
-        if not out:  # an early pipeline stage: the last stage holds the result
+            out = forward_rows(self.engine, batch, how, lambda values, mb: (response_values(values, mb),))
+        if out is None:  # an early pipeline stage: the last stage holds the result
             return None
-        return Batch.from_dict(tensors={"values": torch.cat([v.cpu() for v in out]) * batch.tensors["response_mask"]})
+        return Batch.from_dict(tensors={"values": out[0] * batch.tensors["response_mask"]})
 
     def update_critic(self, batch: Batch) -> dict[str, float]:
         cfg = self.cfg
 
-        def micro_loss(values: torch.Tensor, mb: Batch) -> tuple[torch.Tensor, dict[str, float]]:
+        def micro_loss(values: ModelOutput, mb: Batch) -> tuple[torch.Tensor, dict[str, float]]:
             mask = mb.tensors["response_mask"].float()
             vpreds = response_values(values, mb)
             vf = compute_value_loss(

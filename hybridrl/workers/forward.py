@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from hybridrl.algorithms.losses import loss_units
 from hybridrl.algorithms.token_logprobs import token_log_probs
 from hybridrl.config.schema import TrainedRoleConfig
 from hybridrl.parallel.engine import TrainEngine
+from hybridrl.parallel.packing import ModelOutput, PackedOutput
+from hybridrl.parallel.partition import balanced_partition, micro_batch_count
 from hybridrl.protocol import Batch
+
+LossFn = Callable[[ModelOutput, Batch], tuple[torch.Tensor, dict[str, float]]]
 
 
 def response_log_probs(
-    logits: torch.Tensor,
+    logits: ModelOutput,
     batch: Batch,
     temperature: float,
     with_entropy: bool,
@@ -26,6 +32,19 @@ def response_log_probs(
     in bounded memory (``token_log_probs``: no fp32 copy of the logits)."""
     responses = batch.tensors["responses"]  # (B, R)
     resp_len = responses.shape[1]
+    if isinstance(logits, PackedOutput):  # every packed token scores the next one; keep the responses'
+        rows = logits.rows
+        log_probs, entropy = token_log_probs(
+            logits.output,
+            rows.next_tokens(),
+            temperature,
+            with_entropy=with_entropy,
+            entropy_grad=entropy_grad,
+            checkpoint=checkpoint,
+        )
+        return _predicting_responses(rows.unpack(log_probs), resp_len), (
+            None if entropy is None else _predicting_responses(rows.unpack(entropy), resp_len)
+        )
     # The logit at position t predicts token t+1: responses are predicted by P-1 .. P+R-2.
     return token_log_probs(
         logits[:, -resp_len - 1 : -1, :],  # a view (B, R, V): read chunk by chunk
@@ -37,28 +56,95 @@ def response_log_probs(
     )
 
 
-def response_values(values: torch.Tensor, batch: Batch) -> torch.Tensor:
+def _predicting_responses(per_position: torch.Tensor, resp_len: int) -> torch.Tensor:
+    """The columns of (B, P+R) per-position values at the positions that predict the responses."""
+    return per_position[:, -resp_len - 1 : -1]
+
+
+def response_values(values: ModelOutput, batch: Batch) -> torch.Tensor:
     """Value of the state before each response token (the position that predicts it), from per-position values."""
-    resp_len = batch.tensors["responses"].shape[1]
-    return values[:, -resp_len - 1 : -1].float()  # (B, R)
+    if isinstance(values, PackedOutput):
+        values = values.rows.unpack(values.output)
+    return _predicting_responses(values, batch.tensors["responses"].shape[1]).float()  # (B, R)
+
+
+#: The key under which a micro-batch's metrics carry their weight (its share of the mini-batch's units).
+WEIGHT = "_weight"
 
 
 def mean_metrics(rows: list[dict[str, float]]) -> dict[str, float]:
-    keys = rows[0].keys() if rows else []
-    return {k: sum(r[k] for r in rows) / len(rows) for k in keys}
+    """Means of the rows' metrics, weighted by their ``WEIGHT`` where they have one: a mini-batch's loss
+    metrics are then those of the whole mini-batch, however it was cut into micro-batches."""
+    weights = [r.get(WEIGHT, 1.0) for r in rows]
+    total = sum(weights) or 1.0
+    keys = [k for k in (rows[0].keys() if rows else []) if k != WEIGHT]
+    return {k: sum(w * r[k] for w, r in zip(weights, rows, strict=True)) / total for k in keys}
 
 
-def micro_batches(batch: Batch, size: int) -> list[Batch]:
-    """Consecutive chunks of at most ``size`` rows (the last may be smaller): forward-only passes."""
-    return [batch[i : i + size] for i in range(0, len(batch), size)]
+@dataclass(frozen=True)
+class MicroBatching:
+    """How a role splits its rows for one pass: ``rows`` per micro-batch, or, with ``max_tokens`` (verl's
+    ``use_dynamic_bsz``), balanced micro-batches of at most that many real tokens, as many on every rank
+    of the group. ``key`` names the budget's config key in errors."""
+
+    rows: int
+    max_tokens: int | None = None
+    key: str = ""
+
+    @classmethod
+    def for_update(cls, cfg: TrainedRoleConfig, prefix: str) -> MicroBatching:
+        if cfg.use_dynamic_bsz:
+            return cls(
+                cfg.ppo_micro_batch_size_per_gpu, cfg.ppo_max_token_len_per_gpu, f"{prefix}.ppo_max_token_len_per_gpu"
+            )
+        return cls(cfg.ppo_micro_batch_size_per_gpu)
+
+    def split(self, batch: Batch, engine: TrainEngine) -> tuple[list[Batch], np.ndarray | None]:
+        """The micro-batches, and the order of their rows in ``batch`` when they are not consecutive."""
+        if self.max_tokens is None:
+            return [batch[i : i + self.rows] for i in range(0, len(batch), self.rows)], None
+        lengths = batch.tensors["attention_mask"].sum(-1).tolist()
+        longest = max(lengths, default=0)
+        if longest > self.max_tokens:
+            raise ValueError(
+                f"A sequence of {longest} tokens is longer than {self.key}={self.max_tokens}: raise it to at "
+                f"least data.max_prompt_length + data.max_response_length."
+            )
+        count = engine.max_over_group(micro_batch_count(lengths, self.max_tokens))
+        if count > len(batch):
+            raise RuntimeError(
+                f"{count} micro-batches agreed over the group, but this rank has {len(batch)} rows: the "
+                f"driver gives every rank as many rows."
+            )
+        bins = balanced_partition(lengths, count)
+        return [batch[b] for b in bins], np.concatenate(bins) if bins else None
+
+
+def forward_rows(
+    engine: TrainEngine,
+    batch: Batch,
+    how: MicroBatching,
+    head: Callable[[ModelOutput, Batch], tuple[torch.Tensor, ...]],
+) -> tuple[torch.Tensor, ...] | None:
+    """``head``'s per-row tensors over ``batch``, without gradients, in ``batch``'s row order (on the host);
+    None where this rank computes no result (an early pipeline stage)."""
+    micro, order = how.split(batch, engine)
+    out = engine.forward_micro_batches(micro, head)
+    if not out:
+        return None
+    columns = tuple(torch.cat([o[i].cpu() for o in out]) for i in range(len(out[0])))
+    if order is None:
+        return columns
+    index = torch.from_numpy(order)
+    return tuple(torch.empty_like(c).index_copy_(0, index, c) for c in columns)
 
 
 def weighted_loss(
     engine: TrainEngine,
     mini_batch: Batch,
     loss_agg_mode: str,
-    loss_fn: Callable[[torch.Tensor, Batch], tuple[torch.Tensor, dict[str, float]]],
-) -> Callable[[torch.Tensor, Batch], tuple[torch.Tensor, dict[str, float]]]:
+    loss_fn: LossFn,
+) -> LossFn:
     """``loss_fn`` scaled by its micro-batch's share of the mini-batch's units over every replica (valid
     tokens for token-mean, non-empty rows for the seq-mean modes), times the replica count (the replicas'
     gradients are averaged): the summed gradients are then those of the whole mini-batch's loss,
@@ -68,9 +154,10 @@ def weighted_loss(
     total = float(engine.sum_over_replicas(units.reshape(1)).item())
     scale = engine.dp_size / max(total, 1.0)
 
-    def weighted(output: torch.Tensor, mb: Batch) -> tuple[torch.Tensor, dict[str, float]]:
+    def weighted(output: ModelOutput, mb: Batch) -> tuple[torch.Tensor, dict[str, float]]:
         loss, row = loss_fn(output, mb)
-        return loss * (float(loss_units(mb.tensors["response_mask"], loss_agg_mode)) * scale), row
+        share = float(loss_units(mb.tensors["response_mask"], loss_agg_mode)) * scale
+        return loss * share, {**row, WEIGHT: share}
 
     return weighted
 
@@ -81,21 +168,22 @@ def ppo_update(
     cfg: TrainedRoleConfig,
     mini_size: int,
     seed: int,
-    loss_fn: Callable[[torch.Tensor, Batch], tuple[torch.Tensor, dict[str, float]]],
+    loss_fn: LossFn,
     prefix: str,
 ) -> dict[str, float]:
     """PPO epochs over ``batch``: mini-batches of ``mini_size`` rows (one optimizer step each), split into
-    micro-batches of ``cfg.ppo_micro_batch_size_per_gpu`` whose gradients accumulate. ``loss_fn`` maps
+    micro-batches (``MicroBatching.for_update``) whose gradients accumulate. ``loss_fn`` maps
     the model's output on one micro-batch to its loss and metrics; the returned metrics are their means
     (empty of loss metrics on ranks that compute no loss, e.g. early pipeline stages)."""
     generator = torch.Generator().manual_seed(seed)
     rows: list[dict[str, float]] = []
+    how = MicroBatching.for_update(cfg, prefix)
     engine.model.train()
     for _ in range(cfg.ppo_epochs):
         data = batch.shuffle(generator) if cfg.shuffle else batch
         for mini_batch in data.minibatches(mini_size):
             stats = engine.forward_backward(
-                mini_batch.minibatches(cfg.ppo_micro_batch_size_per_gpu),
+                how.split(mini_batch, engine)[0],
                 weighted_loss(engine, mini_batch, cfg.loss_agg_mode, loss_fn),
                 average=False,
             )

@@ -2,36 +2,50 @@
 
 from __future__ import annotations
 
-import torch
-
-from hybridrl.config.schema import ActorConfig, Config
-from hybridrl.models.loader import empty_causal_lm
+from hybridrl.config.schema import ActorConfig, Config, RefConfig
+from hybridrl.models.loader import attention_implementation, empty_causal_lm
 from hybridrl.parallel.dtypes import weights_dtype
 from hybridrl.protocol import Batch
 from hybridrl.workers.context import EngineRole, WorkerContext, build_engine
-from hybridrl.workers.forward import micro_batches, response_log_probs
+from hybridrl.workers.forward import MicroBatching, forward_rows, response_log_probs
 
 
 class RefRole(EngineRole):
     def __init__(
         self,
         actor: ActorConfig,
+        ref: RefConfig,
         ctx: WorkerContext,
         *,
-        micro_batch_size: int,
         temperature: float,
         trust_remote_code: bool,
-        param_offload: bool = False,
+        remove_padding: bool = False,
     ) -> None:
         """Laid out as the actor (``actor``'s strategy and sharding), without an optimizer; its weights'
         dtype is the frozen roles' default unless ``actor.fsdp.model_dtype`` names one."""
         self.ctx = ctx
         self.temperature = temperature
-        self.micro = micro_batch_size
+        self.micro = MicroBatching(
+            ref.log_prob_micro_batch_size_per_gpu,
+            ref.log_prob_max_token_len_per_gpu if ref.log_prob_use_dynamic_bsz else None,
+            "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu",
+        )
         dtype = weights_dtype(actor.fsdp.model_dtype, trained=False, device=ctx.device)
-        model, weights = empty_causal_lm(ctx.model_path, trust_remote_code, dtype)
+        model, weights = empty_causal_lm(
+            ctx.model_path,
+            trust_remote_code,
+            dtype,
+            attention_implementation(ctx.device, actor.precision, remove_padding),
+        )
         self.engine, self.offload = build_engine(
-            model, weights, actor, ctx, train=False, what="ref", param_offload=param_offload
+            model,
+            weights,
+            actor,
+            ctx,
+            train=False,
+            what="ref",
+            param_offload=ref.param_offload,
+            remove_padding=remove_padding,
         )
         self.offload.offload()
 
@@ -40,19 +54,21 @@ class RefRole(EngineRole):
         arr = cfg.actor_rollout_ref
         return cls(
             arr.actor,
+            arr.ref,
             ctx,
-            micro_batch_size=arr.ref.log_prob_micro_batch_size_per_gpu,
             temperature=arr.rollout.temperature,
             trust_remote_code=arr.model.trust_remote_code,
-            param_offload=arr.ref.param_offload,
+            remove_padding=arr.model.use_remove_padding,
         )
 
     def compute_ref_log_prob(self, batch: Batch) -> Batch | None:
         with self.offload.resident():
-            out = self.engine.forward_micro_batches(
-                micro_batches(batch, self.micro),
-                lambda logits, mb: response_log_probs(logits, mb, self.temperature, False)[0],
+            out = forward_rows(
+                self.engine,
+                batch,
+                self.micro,
+                lambda logits, mb: (response_log_probs(logits, mb, self.temperature, False)[0],),
             )
-        if not out:  # an early pipeline stage: the last stage holds the result
+        if out is None:  # an early pipeline stage: the last stage holds the result
             return None
-        return Batch.from_dict(tensors={"ref_log_probs": torch.cat([lp.cpu() for lp in out])})
+        return Batch.from_dict(tensors={"ref_log_probs": out[0]})

@@ -23,9 +23,11 @@ import torch.distributed as dist
 from hybridrl.config.schema import Config, RewardModelConfig
 from hybridrl.models.reward_model import empty_reward_model
 from hybridrl.parallel.dtypes import weights_dtype
+from hybridrl.parallel.packing import pack_rows
 from hybridrl.protocol import Batch
+from hybridrl.rollout.hf_engine import position_ids_from
 from hybridrl.workers.context import EngineRole, WorkerContext, build_engine
-from hybridrl.workers.forward import micro_batches
+from hybridrl.workers.forward import MicroBatching
 
 
 class RewardModelRole(EngineRole):
@@ -34,7 +36,8 @@ class RewardModelRole(EngineRole):
         self.cfg = cfg
         self.ctx = ctx
         self.max_length = cfg.max_length
-        self.micro = cfg.micro_batch_size_per_gpu
+        self.micro = MicroBatching(cfg.micro_batch_size_per_gpu)
+        self.remove_padding = cfg.model.use_remove_padding
         model, self.tokenizer, weights = empty_reward_model(
             str(cfg.model.path),  # validated at load; a missing path names itself ('None')
             cfg.model.trust_remote_code,
@@ -45,6 +48,11 @@ class RewardModelRole(EngineRole):
         self.engine, self.offload = build_engine(
             model, weights, cfg, ctx, train=False, what="reward model", param_offload=cfg.fsdp.param_offload
         )
+        if self.remove_padding and not isinstance(getattr(model, "score", None), torch.nn.Module):
+            raise ValueError(
+                f"reward_model.model.use_remove_padding: {type(model).__name__} has no 'score' head to read "
+                f"each packed sequence's last token from; set reward_model.model.use_remove_padding=false."
+            )
         self.offload.offload()
 
     @classmethod
@@ -69,6 +77,8 @@ class RewardModelRole(EngineRole):
         return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
 
     def _forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        if self.remove_padding:
+            return self._packed_forward(input_ids, attention_mask)
         with self.engine.autocast():
             logits = self.engine.model(
                 input_ids=input_ids.to(self.ctx.device),
@@ -76,6 +86,26 @@ class RewardModelRole(EngineRole):
                 use_cache=False,
             ).logits
         return logits.squeeze(-1).float().cpu()  # (B,)
+
+    def _packed_forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Scores of packed rows: the whole model runs (so FSDP's hooks gather every parameter), and the
+        score head's per-token output is read at each row's last real token. (The classifier's own
+        pooling would read one token of the one packed row.)"""
+        rows = pack_rows(input_ids, attention_mask, position_ids_from(attention_mask))
+        per_token: list[torch.Tensor] = []
+        head = self.engine.model.get_submodule("score")  # checked in __init__
+        hook = head.register_forward_hook(lambda _m, _i, out: per_token.append(out))
+        try:
+            with self.engine.autocast():
+                self.engine.model(
+                    input_ids=rows.input_ids.to(self.ctx.device),
+                    position_ids=rows.position_ids.to(self.ctx.device),
+                    use_cache=False,
+                )
+        finally:
+            hook.remove()
+        scores = per_token[0].reshape(-1)
+        return scores[rows.last_token_index().to(scores.device)].float().cpu()  # (B,)
 
     def _sync(self, n_steps: int, failed: bool) -> tuple[int, bool]:
         """The most micro-batches any rank has, and whether any rank failed to prepare its inputs."""
@@ -100,7 +130,7 @@ class RewardModelRole(EngineRole):
                     raise KeyError(
                         f"compute_rm_score needs non-tensor column '{key}'; the batch has {sorted(batch.non_tensors)}."
                     )
-            for mb in micro_batches(batch, self.micro):
+            for mb in self.micro.split(batch, self.engine)[0]:
                 encoded.append(
                     self.tokenize(list(mb.non_tensors["prompt_text"]), list(mb.non_tensors["response_text"]))
                 )

@@ -17,10 +17,16 @@ MICRO = 3
 TRUNC = 5
 
 
-def make_cfg(path: str | None, max_length: int = 64, micro: int = MICRO, tokenizer_path: str | None = None):
+def make_cfg(
+    path: str | None,
+    max_length: int = 64,
+    micro: int = MICRO,
+    tokenizer_path: str | None = None,
+    packed: bool = False,
+):
     return RewardModelConfig(
         enable=True,
-        model=RewardModelModelConfig(path=path, tokenizer_path=tokenizer_path),
+        model=RewardModelModelConfig(path=path, tokenizer_path=tokenizer_path, use_remove_padding=packed),
         max_length=max_length,
         micro_batch_size_per_gpu=micro,
     )
@@ -37,7 +43,7 @@ def plain_score(model, tokenizer, text: str | None = None, ids: list[int] | None
         return float(model(input_ids=torch.tensor([ids])).logits[0, 0])
 
 
-def score_on_rank(rank: int, world_size: int, path: str, out: str) -> None:
+def score_on_rank(rank: int, world_size: int, path: str, out: str, packed: bool = False) -> None:
     from torch.distributed.device_mesh import init_device_mesh
 
     from hybridrl.workers.context import WorkerContext
@@ -45,7 +51,7 @@ def score_on_rank(rank: int, world_size: int, path: str, out: str) -> None:
 
     mesh = init_device_mesh("cpu", (world_size,))
     ctx = WorkerContext(rank, world_size, torch.device("cpu"), mesh, path, path)
-    role = RewardModelRole(make_cfg(path), ctx, seed=0)
+    role = RewardModelRole(make_cfg(path, packed=packed), ctx, seed=0)
     n = len(PROMPTS)
     res = {}
     # Each rank scores its half (equal shards) ...
@@ -80,9 +86,9 @@ def rm_path(tmp_path_factory) -> str:
     return build_tiny_reward_model(tmp_path_factory.mktemp("rm"), seed=0)
 
 
-def _run(tmp_path_factory, path: str, world_size: int) -> list[dict]:
+def _run(tmp_path_factory, path: str, world_size: int, packed: bool = False) -> list[dict]:
     out = tmp_path_factory.mktemp(f"w{world_size}")
-    run_ranks(score_on_rank, world_size, path, str(out))
+    run_ranks(score_on_rank, world_size, path, str(out), packed)
     return [torch.load(out / f"rank{r}.pt") for r in range(world_size)]
 
 
@@ -116,6 +122,15 @@ def test_two_ranks_match_single_process(tmp_path_factory, rm_path, single):
     assert ranks[1]["empty_last"].shape == (0,)
     torch.testing.assert_close(ranks[0]["empty_last"], single["half"], rtol=0, atol=1e-5)
     assert [r["bad"] for r in ranks] == ["RuntimeError", "ValueError"]
+
+
+def test_packed_rows_score_as_padded_ones(tmp_path_factory, rm_path, single):
+    """use_remove_padding: each micro-batch's texts packed into one sequence score as padded rows do, on
+    two ranks with uneven and empty shards too."""
+    ranks = _run(tmp_path_factory, rm_path, 2, packed=True)
+    torch.testing.assert_close(torch.cat([r["half"] for r in ranks]), single["half"], rtol=0, atol=1e-5)
+    torch.testing.assert_close(torch.cat([r["uneven"] for r in ranks]), single["half"], rtol=0, atol=1e-5)
+    torch.testing.assert_close(ranks[0]["empty_last"], single["half"], rtol=0, atol=1e-5)
 
 
 def test_left_truncation_keeps_the_end(single, plain):
