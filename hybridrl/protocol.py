@@ -103,6 +103,30 @@ def _owned(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
+_NARROW_INTS = (torch.int8, torch.int16, torch.int32)
+
+
+def _narrowest(t: torch.Tensor) -> torch.Tensor:
+    """An integer tensor in the narrowest integer dtype that holds its values (masks in int8, token ids of a
+    152k vocabulary in int32): ids and masks are a third or more of a rollout batch's bytes in int64."""
+    if t.dtype not in (torch.int64, torch.int32, torch.int16) or t.numel() == 0:
+        return t
+    low, high = int(t.min()), int(t.max())
+    for dtype in _NARROW_INTS:
+        info = torch.iinfo(dtype)
+        if info.min <= low and high <= info.max:
+            return t.to(dtype) if dtype != t.dtype else t
+    return t
+
+
+def _for_transfer(t: torch.Tensor) -> torch.Tensor:
+    return _owned(_narrowest(t))
+
+
+def _widened(t: torch.Tensor) -> torch.Tensor:
+    return t.long() if t.dtype in _NARROW_INTS else t
+
+
 def _check_keys(available: Any, requested: Sequence[Any], kind: str) -> None:
     """Raise a KeyError that lists what is there, so typos are easy to spot."""
     avail = list(available)
@@ -193,8 +217,16 @@ class Batch:
         such as micro-batches; but pickling a view ships its whole storage, so a 1/8 shard would cost as
         much as the batch it came from. A separate method, rather than a copying ``split``, so the one
         place that sends batches (``WorkerGroup.call_split``) decides, whatever selection made them.
+
+        Integer tensors (ids, masks, positions) also travel in the narrowest integer dtype that holds them;
+        the receiver restores int64 with :meth:`widened`, so code on either side sees what it always did.
         """
-        td = cast(TensorDict, self.tensors.apply(_owned))  # apply returns None only for in-place use
+        td = cast(TensorDict, self.tensors.apply(_for_transfer))  # apply returns None only for in-place use
+        return Batch(tensors=td, non_tensors=dict(self.non_tensors), meta=dict(self.meta))
+
+    def widened(self) -> Batch:
+        """Integer tensors back in int64 (after a transfer in narrow dtypes, see :meth:`compact`)."""
+        td = cast(TensorDict, self.tensors.apply(_widened))
         return Batch(tensors=td, non_tensors=dict(self.non_tensors), meta=dict(self.meta))
 
     def to(self, device: torch.device | str) -> Batch:

@@ -371,13 +371,40 @@ def test_compact_equals_view_and_owns_its_storage():
     c = view.compact()
     keys = list(view.tensors.keys(include_nested=True, leaves_only=True))
     assert keys == list(c.tensors.keys(include_nested=True, leaves_only=True)) and ("nested", "y") in keys
+    wide = c.widened()
     for k in keys:
-        assert torch.equal(c.tensors[k], view.tensors[k]) and c.tensors[k].dtype == view.tensors[k].dtype
+        assert torch.equal(wide.tensors[k], view.tensors[k]) and wide.tensors[k].dtype == view.tensors[k].dtype
         assert c.tensors[k].untyped_storage().nbytes() == c.tensors[k].numel() * c.tensors[k].element_size()
     assert len(c) == 2 and c.meta == view.meta
     assert_rows_consistent(c)
     c.tensors["ids"] += 100  # a copy: writing to it leaves the source alone
     assert ids(b) == list(range(8))
+
+
+def test_compact_narrows_ids_and_masks_and_widened_restores_them():
+    g = torch.Generator().manual_seed(0)
+    b = Batch.from_dict(
+        tensors={
+            "input_ids": torch.randint(0, 151_936, (64, 512), generator=g),
+            "attention_mask": torch.ones(64, 512, dtype=torch.long),
+            "position_ids": torch.arange(512).expand(64, 512).contiguous(),
+            "huge": torch.full((64, 1), 2**40),
+            "logp": torch.randn(64, 512, generator=g),
+            "flag": torch.ones(64, dtype=torch.bool),
+        }
+    )
+    c = b.compact()
+    dtypes = {k: c.tensors[k].dtype for k in ("input_ids", "attention_mask", "position_ids", "huge", "logp", "flag")}
+    assert dtypes == {
+        "input_ids": torch.int32,
+        "attention_mask": torch.int8,
+        "position_ids": torch.int16,
+        "huge": torch.int64,
+        "logp": torch.float32,
+        "flag": torch.bool,
+    }
+    assert len(pickle.dumps(c, protocol=5)) < 0.5 * len(pickle.dumps(b, protocol=5))
+    assert_batches_equal(c.widened(), b)
 
 
 def test_compact_shares_what_is_already_compact():

@@ -150,6 +150,9 @@ class WorkerGroup:
         results = self._wait(refs, name)
         if self.monitor is not None:
             self.monitor.on_call(self.name, name, results, _stored_bytes([*(sent or []), *refs]))
+        for result in results:  # batches come back compact, ids and masks narrow (``Batch.compact``)
+            if isinstance(result.value, Batch):
+                result.value = result.value.widened()
         return results
 
     def call_all(self, role: str, method: str, *args: Any, **kwargs: Any) -> list[Any]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import inspect
 import logging
 import math
 from collections.abc import Callable, Iterator
@@ -20,7 +21,7 @@ from torch import nn
 from hybridrl.config.choices import Precision
 from hybridrl.config.schema import OptimConfig
 from hybridrl.models.weights import tied_aliases
-from hybridrl.parallel.packing import ModelOutput, PackedOutput, pack_rows
+from hybridrl.parallel.packing import ModelOutput, PackedOutput, pack_batch
 from hybridrl.parallel.precision import DynamicLossScaler
 
 if TYPE_CHECKING:
@@ -44,6 +45,8 @@ class TrainEngine:
         (``hybridrl.parallel.packing``) and returns a ``PackedOutput``."""
         self.model = model
         self.remove_padding = remove_padding
+        # A causal LM that can compute logits at chosen positions only: prompt positions' are never read.
+        self._keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
         self.loss_scaler = loss_scaler
         self.device = device
         self.precision = precision
@@ -81,15 +84,24 @@ class TrainEngine:
     def model_output(self, batch: Batch) -> ModelOutput:
         """Logits (causal LM) or values (value model) for every position of ``batch``, or for each of its
         real tokens (``PackedOutput``) with ``remove_padding``."""
+        t = batch.tensors
         if self.remove_padding:
-            t = batch.tensors
-            rows = pack_rows(t["input_ids"], t["attention_mask"], t["position_ids"])
-            out = self.model(input_ids=rows.input_ids, attention_mask=None, position_ids=rows.position_ids)
-            return PackedOutput(getattr(out, "logits", out), rows)
+            rows = pack_batch(batch)
+            keep = self._keeps_logits and rows.response_index is not None
+            out = self.model(
+                input_ids=rows.input_ids,
+                attention_mask=None,
+                position_ids=rows.position_ids,
+                **({"logits_to_keep": rows.response_index} if keep else {}),
+            )
+            return PackedOutput(getattr(out, "logits", out), rows, at_responses=keep)
+        # Logits of the last R + 1 positions, the ones that predict the R response columns (and the next).
+        keep = self._keeps_logits and "responses" in t
         out = self.model(
-            input_ids=batch.tensors["input_ids"],
-            attention_mask=batch.tensors["attention_mask"],
-            position_ids=batch.tensors["position_ids"],
+            input_ids=t["input_ids"],
+            attention_mask=t["attention_mask"],
+            position_ids=t["position_ids"],
+            **({"logits_to_keep": t["responses"].shape[1] + 1} if keep else {}),
         )
         return getattr(out, "logits", out)
 

@@ -27,7 +27,7 @@ from hybridrl.models.weights import WeightSource, load_weights, materialize, tie
 from hybridrl.parallel.engine import TrainEngine
 from hybridrl.parallel.layout import MegatronLayout
 from hybridrl.parallel.megatron import apply_tensor_parallel, megatron_mesh
-from hybridrl.parallel.packing import ModelOutput, PackedOutput, PackedRows, pack_rows, pad_packed
+from hybridrl.parallel.packing import ModelOutput, PackedOutput, PackedRows, pack_batch, pad_packed
 from hybridrl.parallel.precision import DynamicLossScaler
 from hybridrl.protocol import Batch
 
@@ -189,8 +189,7 @@ class MegatronEngine(TrainEngine):
 
     def model_output(self, batch: Batch) -> ModelOutput:
         if self.remove_padding:
-            t = batch.tensors
-            rows = pack_rows(t["input_ids"], t["attention_mask"], t["position_ids"])
+            rows = pack_batch(batch)
             ids, pos = pad_packed(
                 rows.input_ids, rows.position_ids, _round_up(rows.num_tokens, self._sequence_multiple())
             )
@@ -255,9 +254,7 @@ class MegatronEngine(TrainEngine):
         """Each micro-batch packed into one row of an (n, length) input, padded to a shared length: the
         schedule gives each micro-batch its own row, whatever its size."""
         micro = [mb.to(self.device) for mb in micro]
-        packed: list[PackedRows] = [
-            pack_rows(*(mb.tensors[k] for k in ("input_ids", "attention_mask", "position_ids"))) for mb in micro
-        ]
+        packed: list[PackedRows] = [pack_batch(mb) for mb in micro]
         step = math.lcm(PACKED_LENGTH_STEP, self._sequence_multiple())
         length = _round_up(max(p.num_tokens for p in packed), step)
         rows = [pad_packed(p.input_ids, p.position_ids, length) for p in packed]

@@ -32,19 +32,18 @@ def response_log_probs(
     in bounded memory (``token_log_probs``: no fp32 copy of the logits)."""
     responses = batch.tensors["responses"]  # (B, R)
     resp_len = responses.shape[1]
-    if isinstance(logits, PackedOutput):  # every packed token scores the next one; keep the responses'
+    if isinstance(logits, PackedOutput):  # only the real response tokens, back on the (B, R) grid
         rows = logits.rows
+        assert rows.response_flat is not None and rows.response_index is not None, "packed without responses"
         log_probs, entropy = token_log_probs(
-            logits.output,
-            rows.next_tokens(),
+            logits.output if logits.at_responses else logits.output[:, rows.response_index],
+            responses.reshape(-1)[rows.response_flat].unsqueeze(0),
             temperature,
             with_entropy=with_entropy,
             entropy_grad=entropy_grad,
             checkpoint=checkpoint,
         )
-        return _predicting_responses(rows.unpack(log_probs), resp_len), (
-            None if entropy is None else _predicting_responses(rows.unpack(entropy), resp_len)
-        )
+        return rows.unpack_responses(log_probs), None if entropy is None else rows.unpack_responses(entropy)
     # The logit at position t predicts token t+1: responses are predicted by P-1 .. P+R-2.
     return token_log_probs(
         logits[:, -resp_len - 1 : -1, :],  # a view (B, R, V): read chunk by chunk
@@ -56,16 +55,14 @@ def response_log_probs(
     )
 
 
-def _predicting_responses(per_position: torch.Tensor, resp_len: int) -> torch.Tensor:
-    """The columns of (B, P+R) per-position values at the positions that predict the responses."""
-    return per_position[:, -resp_len - 1 : -1]
-
-
 def response_values(values: ModelOutput, batch: Batch) -> torch.Tensor:
     """Value of the state before each response token (the position that predicts it), from per-position values."""
     if isinstance(values, PackedOutput):
-        values = values.rows.unpack(values.output)
-    return _predicting_responses(values, batch.tensors["responses"].shape[1]).float()  # (B, R)
+        rows = values.rows
+        assert rows.response_index is not None, "packed without responses"
+        return rows.unpack_responses(values.output[:, rows.response_index]).float()
+    resp_len = batch.tensors["responses"].shape[1]
+    return values[:, -resp_len - 1 : -1].float()  # (B, R)
 
 
 #: The key under which a micro-batch's metrics carry their weight (its share of the mini-batch's units).

@@ -25,6 +25,7 @@ from hybridrl.logging_utils import quiet_libraries
 from hybridrl.parallel import dist as hdist
 from hybridrl.parallel.host_memory import return_freed_memory
 from hybridrl.perf.utilization import ProcessSampler
+from hybridrl.protocol import Batch
 from hybridrl.workers.actor_rollout import ActorRolloutRole
 from hybridrl.workers.context import DataLayout, EngineRole, Role, WorkerContext
 from hybridrl.workers.critic import CriticRole
@@ -117,7 +118,12 @@ class Worker:
                 m for m in dir(self.roles[role]) if not m.startswith("_") and callable(getattr(self.roles[role], m))
             ]
             raise AttributeError(f"Role '{role}' has no method '{method}'; it has: {public}.")
-        return self._timed(f"{role}.{method}", target, *args, **kwargs)
+        # Batches travel compact, ids and masks in narrow integer dtypes (``Batch.compact``): the role sees int64.
+        args = tuple(a.widened() if isinstance(a, Batch) else a for a in args)
+        result = self._timed(f"{role}.{method}", target, *args, **kwargs)
+        if isinstance(result.value, Batch):
+            result.value = result.value.compact()
+        return result
 
     def dp_layout(self, role: str, method: str) -> DataLayout:
         """Which rows this rank gets for ``role.method`` (the role's engine decides: tensor-parallel peers

@@ -13,9 +13,11 @@ from tests.tiny_models import tiny
 def test_unpack_inverts_pack():
     batch = make_batch(20)
     t = batch.tensors
-    rows = pack_rows(t["input_ids"], t["attention_mask"], t["position_ids"])
+    rows = pack_rows(t["input_ids"], t["attention_mask"], t["position_ids"], t["response_mask"])
     assert rows.num_tokens == int(t["attention_mask"].sum())
-    assert torch.equal(rows.unpack(rows.input_ids), t["input_ids"] * t["attention_mask"])
+    # Each response token is the token after its predicting position, and goes back where it came from.
+    predicted = rows.input_ids[0, rows.response_index + 1]
+    assert torch.equal(rows.unpack_responses(predicted), t["responses"] * t["response_mask"])
     last = rows.last_token_index()
     lengths = t["attention_mask"].sum(-1)
     assert torch.equal(last, lengths.cumsum(0) - 1)
