@@ -60,9 +60,11 @@ def token_log_probs(
     labels = labels.to(device=logits.device, dtype=torch.long)
     train = torch.is_grad_enabled() and logits.requires_grad
     log_probs, entropies = [], []
-    for b in range(rows):
-        for start in range(0, length, step):
-            args = (logits[b, start : start + step], labels[b, start : start + step], temperature)
+    # unbind and split, not indexing: their backward assembles the logits' gradient once (a stack, a cat),
+    # where each indexed chunk's backward would fill a zero tensor of the whole logits' size.
+    for row_logits, row_labels in zip(logits.unbind(0), labels.unbind(0), strict=True):
+        for chunk, chunk_labels in zip(row_logits.split(step), row_labels.split(step), strict=True):
+            args = (chunk, chunk_labels, temperature)
             if train and checkpoint:
                 lp, ent = recompute(_chunk, *args, with_entropy, entropy_grad, use_reentrant=False)
             else:

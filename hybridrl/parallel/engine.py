@@ -95,13 +95,12 @@ class TrainEngine:
                 **({"logits_to_keep": rows.response_index} if keep else {}),
             )
             return PackedOutput(getattr(out, "logits", out), rows, at_responses=keep)
-        # Logits of the last R + 1 positions, the ones that predict the R response columns (and the next).
-        keep = self._keeps_logits and "responses" in t
+        extra = {}
+        if self._keeps_logits and "responses" in t:  # logits of the R positions that predict the responses
+            length, resp_len = t["input_ids"].shape[1], t["responses"].shape[1]
+            extra["logits_to_keep"] = torch.arange(length - resp_len - 1, length - 1, device=t["input_ids"].device)
         out = self.model(
-            input_ids=t["input_ids"],
-            attention_mask=t["attention_mask"],
-            position_ids=t["position_ids"],
-            **({"logits_to_keep": t["responses"].shape[1] + 1} if keep else {}),
+            input_ids=t["input_ids"], attention_mask=t["attention_mask"], position_ids=t["position_ids"], **extra
         )
         return getattr(out, "logits", out)
 

@@ -44,9 +44,10 @@ def response_log_probs(
             checkpoint=checkpoint,
         )
         return rows.unpack_responses(log_probs), None if entropy is None else rows.unpack_responses(entropy)
-    # The logit at position t predicts token t+1: responses are predicted by P-1 .. P+R-2.
+    if logits.shape[1] != resp_len:  # every position's logits: those at P-1 .. P+R-2 predict the responses
+        logits = logits[:, -resp_len - 1 : -1, :]  # a view (B, R, V): read chunk by chunk
     return token_log_probs(
-        logits[:, -resp_len - 1 : -1, :],  # a view (B, R, V): read chunk by chunk
+        logits,
         responses,
         temperature,
         with_entropy=with_entropy,
