@@ -8,11 +8,13 @@ FFN 1024, a 32k vocabulary (about 21M parameters). Two paths on the same code, s
 
 - padded: micro-batches of a fixed row count, every row padded to the longest prompt + 256 (today's default);
 - packed: ``use_remove_padding`` + ``use_dynamic_bsz`` (micro-batches of up to ``--max-tokens`` real
-  tokens, 4096 by default), rows balanced over the workers by tokens (``trainer.balance_batch``).
+  tokens, 2048 by default: about the 8 x 288 slots of a padded micro-batch), rows balanced over the workers by tokens (``trainer.balance_batch``).
+
+A third path adds ``use_fused_kernels`` (log-probs from the hidden states, no logits tensor).
 
 Printed: real tokens per second of the old-log-prob pass and of one PPO update over the batch, and the
 peak host memory the log-prob pass adds on a worker at a 32k and a 152k vocabulary (``VmHWM`` reset
-before the pass). ``--baseline-src DIR`` (``git worktree add DIR REV``) adds that revision's padded path
+before the pass), each against the first path. ``--baseline-src DIR`` (``git worktree add DIR REV``) adds that revision's padded path
 to both tables, e.g. the revision before the compute-path work (681ecf7), whose passes computed logits at
 every position and made fp32 copies of the (rows, length, vocab) slice.
 
@@ -48,13 +50,19 @@ COMMON = [
     f"data.max_response_length={MAX_RESPONSE}",
     "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
     "critic.ppo_micro_batch_size_per_gpu=8",  # (no critic is built; its batch arithmetic is still checked)
-    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=16",
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
 ]
 PACKED = [
     "actor_rollout_ref.model.use_remove_padding=true",
     "actor_rollout_ref.actor.use_dynamic_bsz=true",
     "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=true",
 ]
+#: The paths measured, by name: their overrides on top of COMMON (the packed ones add the token budget).
+PATHS = {
+    "padded": [],
+    "packed": PACKED,
+    "packed + fused": [*PACKED, "actor_rollout_ref.model.use_fused_kernels=true"],
+}
 
 
 # -- the model and the batch ---------------------------------------------------------------------------
@@ -143,7 +151,7 @@ def on_rank(rank: int, world: int, root: str, vocab: int, overrides: list[str], 
     )
     actor = ActorRolloutRole.from_config(cfg, ctx)
     tensors = ragged_batch(rows, vocab)
-    balance = any("use_remove_padding=true" in o for o in overrides)
+    balance = any("use_remove_padding=true" in o for o in overrides)  # as trainer.balance_batch does
     mine = shard_rows(tensors["attention_mask"], world, balance)[rank]
     shard = Batch.from_dict(tensors={k: v[mine].contiguous() for k, v in tensors.items()}, meta={"seed": 1})
     result: dict[str, float] = {"tokens": float(tensors["attention_mask"].sum())}
@@ -178,19 +186,20 @@ def worker_main(args: argparse.Namespace) -> None:
         f"actor_rollout_ref.actor.ppo_max_token_len_per_gpu={args.max_tokens}",
         f"actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu={args.max_tokens}",
     ]
-    overrides = COMMON + (PACKED + budget if args.packed else [])
+    extra = PATHS[args.path]
+    overrides = COMMON + extra + (budget if extra else [])
     run_ranks(on_rank, 2, args.root, args.vocab, overrides, args.rows, args.timed)
 
 
 # -- the driver ----------------------------------------------------------------------------------------
 def measure(
-    source: Path, root: Path, vocab: int, rows: int, packed: bool, timed: bool, max_tokens: int
+    source: Path, root: Path, vocab: int, rows: int, path: str, timed: bool, max_tokens: int
 ) -> dict[str, float]:
     out = root / "result.json"
     out.unlink(missing_ok=True)
     cmd = [sys.executable, __file__, "--worker", "--root", str(root), "--vocab", str(vocab), "--rows", str(rows)]
     cmd += ["--max-tokens", str(max_tokens)]
-    cmd += ["--packed"] * packed + ["--timed"] * timed
+    cmd += ["--path", path] + ["--timed"] * timed
     env = {**os.environ, "PYTHONPATH": str(source)}
     subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)
     return json.loads(out.read_text())
@@ -199,12 +208,12 @@ def measure(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=64)
-    parser.add_argument("--max-tokens", type=int, default=4096, help="the packed path's token budget per micro-batch")
+    parser.add_argument("--max-tokens", type=int, default=2048, help="the packed path's token budget per micro-batch")
     parser.add_argument("--baseline-src", type=Path, help="a checkout of the revision to compare memory against")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--root", help=argparse.SUPPRESS)
     parser.add_argument("--vocab", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--packed", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--path", choices=list(PATHS), help=argparse.SUPPRESS)
     parser.add_argument("--timed", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -225,34 +234,33 @@ def main() -> None:
             padded_tokens,
             100 * tokens / padded_tokens,
         )
-        sources = {"padded": (here, False), "packed": (here, True)}
+        sources = {name: (here, name) for name in PATHS}
         if args.baseline_src:
-            sources = {"baseline padded": (args.baseline_src.resolve(), False), **sources}
+            sources = {"baseline padded": (args.baseline_src.resolve(), "padded"), **sources}
         speed = {
-            name: measure(src, root, 32_768, args.rows, packed, True, args.max_tokens)
-            for name, (src, packed) in sources.items()
+            name: measure(src, root, 32_768, args.rows, path, True, args.max_tokens)
+            for name, (src, path) in sources.items()
         }
-        logger.info("%-16s %16s %16s", "path", "log-prob tok/s", "update tok/s")
+        first = next(iter(speed))  # the baseline revision where given, else today's padded path
+        logger.info("%-16s %16s %16s %10s %10s", "path", "log-prob tok/s", "update tok/s", "log-prob x", "update x")
         for name, r in speed.items():
-            logger.info("%-16s %16.0f %16.0f", name, r["tokens"] / r["log_prob_s"], r["tokens"] / r["update_s"])
-        for name in speed:
-            if name != "packed":
-                logger.info(
-                    "  -> packed vs %s: log-prob %.2fx, update %.2fx",
-                    name,
-                    speed[name]["log_prob_s"] / speed["packed"]["log_prob_s"],
-                    speed[name]["update_s"] / speed["packed"]["update_s"],
-                )
-        logger.info("%-16s %10s %22s", "path", "vocab", "log-prob pass adds GB")
+            logger.info(
+                "%-16s %16.0f %16.0f %9.2fx %9.2fx",
+                name,
+                r["tokens"] / r["log_prob_s"],
+                r["tokens"] / r["update_s"],
+                speed[first]["log_prob_s"] / r["log_prob_s"],
+                speed[first]["update_s"] / r["update_s"],
+            )
+        logger.info("(x: speed-up over %s)", first)
+        logger.info("%-16s %10s %22s %10s", "path", "vocab", "log-prob pass adds GB", "less")
         for vocab in (32_768, 151_936):
             added = {
-                name: measure(src, root, vocab, args.rows, packed, False, args.max_tokens)["log_prob_added_gb"]
-                for name, (src, packed) in sources.items()
+                name: measure(src, root, vocab, args.rows, path, False, args.max_tokens)["log_prob_added_gb"]
+                for name, (src, path) in sources.items()
             }
             for name, gb in added.items():
-                logger.info("%-16s %10d %22.2f", name, vocab, gb)
-            first = next(iter(added))
-            logger.info("  -> packed adds %.1fx less than %s", added[first] / max(added["packed"], 1e-3), first)
+                logger.info("%-16s %10d %22.2f %9.1fx", name, vocab, gb, added[first] / max(gb, 1e-3))
 
 
 if __name__ == "__main__":

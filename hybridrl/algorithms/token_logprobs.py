@@ -11,7 +11,11 @@ computed without a graph.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import torch
+import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint as recompute
 
 #: fp32 elements per chunk (64 MB): the positions per chunk are this over the vocabulary size.
@@ -36,6 +40,79 @@ def _chunk(
         return log_probs, lse - (torch.softmax(z, dim=-1) * finite).sum(dim=-1)
 
 
+@dataclass(frozen=True)
+class TokenScoring:
+    """How a pass scores the response tokens. Handed to the engine, so that with fused kernels the scores
+    come out of the model's own forward (``hidden_token_log_probs`` in place of its output head)."""
+
+    temperature: float
+    with_entropy: bool
+    entropy_grad: bool = True
+    checkpoint: bool = False
+
+
+@dataclass(frozen=True)
+class TokenScores:
+    """Log-probs (and entropy) of the response tokens on the (rows, response length) grid, float32."""
+
+    log_probs: torch.Tensor
+    entropy: torch.Tensor | None
+
+
+def _over_chunks(
+    inputs: torch.Tensor,
+    labels: torch.Tensor,
+    step: int,
+    score: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]],
+    with_entropy: bool,
+    checkpoint: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``score`` over [B, T, ...] ``inputs`` in chunks of ``step`` positions -> [B, T] log-probs, entropy."""
+    rows, length = labels.shape
+    train = torch.is_grad_enabled() and inputs.requires_grad
+    log_probs, entropies = [], []
+    # unbind and split, not indexing: their backward assembles the inputs' gradient once (a stack, a cat),
+    # where each indexed chunk's backward would fill a zero tensor of the whole inputs' size.
+    for row_inputs, row_labels in zip(inputs.unbind(0), labels.unbind(0), strict=True):
+        for chunk, chunk_labels in zip(row_inputs.split(step), row_labels.split(step), strict=True):
+            if train and checkpoint:
+                lp, ent = recompute(score, chunk, chunk_labels, use_reentrant=False)
+            else:
+                lp, ent = score(chunk, chunk_labels)
+            log_probs.append(lp)
+            entropies.append(ent)
+    if not log_probs:
+        empty = inputs.new_zeros((rows, length), dtype=torch.float32)
+        return empty, (empty.clone() if with_entropy else None)
+    out = torch.cat(log_probs).view(rows, length)
+    return out, (torch.cat(entropies).view(rows, length) if with_entropy else None)
+
+
+def hidden_token_log_probs(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    labels: torch.Tensor,
+    scoring: TokenScoring,
+    *,
+    chunk_tokens: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``token_log_probs`` of the logits ``hidden @ weight.T + bias`` ([B, T, H] hidden states, the output
+    head's [V, H] weight) without ever holding them: each chunk's logits are computed, scored and dropped,
+    and with ``scoring.checkpoint`` recomputed in backward (verl's fused kernels do the same on GPU)."""
+    if hidden.dim() != 3 or labels.shape != hidden.shape[:2]:
+        raise ValueError(
+            f"expected hidden [B, T, H] and labels [B, T], got {tuple(hidden.shape)} and {tuple(labels.shape)}"
+        )
+    step = max(1, chunk_tokens or CHUNK_ELEMENTS // max(weight.shape[0], 1))
+
+    def score(h: torch.Tensor, lab: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return _chunk(F.linear(h, weight, bias), lab, scoring.temperature, scoring.with_entropy, scoring.entropy_grad)
+
+    labels = labels.to(device=hidden.device, dtype=torch.long)
+    return _over_chunks(hidden, labels, step, score, scoring.with_entropy, scoring.checkpoint)
+
+
 def token_log_probs(
     logits: torch.Tensor,
     labels: torch.Tensor,
@@ -55,24 +132,11 @@ def token_log_probs(
         raise ValueError(
             f"expected logits [B, T, V] and labels [B, T], got {tuple(logits.shape)} and {tuple(labels.shape)}"
         )
-    rows, length, vocab = logits.shape
+    vocab = logits.shape[2]
     step = max(1, chunk_tokens or CHUNK_ELEMENTS // max(vocab, 1))
     labels = labels.to(device=logits.device, dtype=torch.long)
-    train = torch.is_grad_enabled() and logits.requires_grad
-    log_probs, entropies = [], []
-    # unbind and split, not indexing: their backward assembles the logits' gradient once (a stack, a cat),
-    # where each indexed chunk's backward would fill a zero tensor of the whole logits' size.
-    for row_logits, row_labels in zip(logits.unbind(0), labels.unbind(0), strict=True):
-        for chunk, chunk_labels in zip(row_logits.split(step), row_labels.split(step), strict=True):
-            args = (chunk, chunk_labels, temperature)
-            if train and checkpoint:
-                lp, ent = recompute(_chunk, *args, with_entropy, entropy_grad, use_reentrant=False)
-            else:
-                lp, ent = _chunk(*args, with_entropy, entropy_grad)
-            log_probs.append(lp)
-            entropies.append(ent)
-    if not log_probs:
-        empty = logits.new_zeros((rows, length), dtype=torch.float32)
-        return empty, (empty.clone() if with_entropy else None)
-    out = torch.cat(log_probs).view(rows, length)
-    return out, (torch.cat(entropies).view(rows, length) if with_entropy else None)
+
+    def score(chunk: torch.Tensor, lab: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return _chunk(chunk, lab, temperature, with_entropy, entropy_grad)
+
+    return _over_chunks(logits, labels, step, score, with_entropy, checkpoint)

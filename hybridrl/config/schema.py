@@ -67,6 +67,9 @@ class ModelConfig:
     use_remove_padding: bool = doc(
         False, "actor and reference: pack each micro-batch's real tokens into one sequence (no compute on padding)"
     )
+    use_fused_kernels: bool = doc(
+        False, "actor and reference: log-probs and entropy from the hidden states in chunks, never the logits"
+    )
     tiny: TinyModelConfig = section(TinyModelConfig, "the built-in Qwen2-architecture model used when path is null")
 
 

@@ -281,6 +281,11 @@ def _check_token_budgets(cfg: Config) -> None:
     """Token-budget micro-batches (``use_dynamic_bsz``) must hold the longest sequence; under pipeline
     parallel they need packed rows, since a pipeline pass cuts its input into equal-size micro-batches."""
     arr, critic = cfg.actor_rollout_ref, cfg.critic
+    if arr.model.use_fused_kernels and arr.actor.strategy == Strategy.megatron:
+        _fail(
+            "actor_rollout_ref.model.use_fused_kernels=true needs actor.strategy=fsdp (the megatron engine's "
+            "output head is split over the vocabulary); set it to false."
+        )
     longest = cfg.data.max_prompt_length + cfg.data.max_response_length
     budgets = [
         ("actor_rollout_ref.actor", arr.actor, arr.model.use_remove_padding, arr.actor.use_dynamic_bsz,

@@ -12,12 +12,13 @@ import inspect
 import logging
 import math
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
+from hybridrl.algorithms.token_logprobs import TokenScores, TokenScoring, hidden_token_log_probs
 from hybridrl.config.choices import Precision
 from hybridrl.config.schema import OptimConfig
 from hybridrl.models.weights import tied_aliases
@@ -40,13 +41,22 @@ class TrainEngine:
         state_dict_fn: Callable[[nn.Module], dict] | None = None,
         loss_scaler: DynamicLossScaler | None = None,
         remove_padding: bool = False,
+        fused_kernels: bool = False,
     ) -> None:
         """``remove_padding``: the model sees each micro-batch's real tokens packed into one sequence
-        (``hybridrl.parallel.packing``) and returns a ``PackedOutput``."""
+        (``hybridrl.parallel.packing``) and returns a ``PackedOutput``. ``fused_kernels``: passes that say
+        how they score tokens get the scores from the output head's hidden states, never the logits."""
         self.model = model
         self.remove_padding = remove_padding
         # A causal LM that can compute logits at chosen positions only: prompt positions' are never read.
         self._keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
+        # Fused scoring replaces the output head's forward: not where the model changes the logits after it.
+        config = getattr(model, "config", None)
+        self.fused_kernels = fused_kernels and getattr(config, "final_logit_softcapping", None) is None
+        if fused_kernels and not self.fused_kernels:
+            logger.warning(
+                "use_fused_kernels: %s caps its logits after the head; computing logits.", type(model).__name__
+            )
         self.loss_scaler = loss_scaler
         self.device = device
         self.precision = precision
@@ -81,37 +91,64 @@ class TrainEngine:
         return True
 
     # -- forward / backward over micro-batches ------------------------------------------------------
-    def model_output(self, batch: Batch) -> ModelOutput:
+    def model_output(self, batch: Batch, scoring: TokenScoring | None = None) -> ModelOutput:
         """Logits (causal LM) or values (value model) for every position of ``batch``, or for each of its
-        real tokens (``PackedOutput``) with ``remove_padding``."""
+        real tokens (``PackedOutput``) with ``remove_padding``. A causal LM computes logits only at the
+        positions that predict a response token; with ``fused_kernels`` and a ``scoring`` it returns those
+        tokens' ``TokenScores`` instead, computed from the hidden states without the logits."""
         t = batch.tensors
-        if self.remove_padding:
-            rows = pack_batch(batch)
-            keep = self._keeps_logits and rows.response_index is not None
-            out = self.model(
-                input_ids=rows.input_ids,
-                attention_mask=None,
-                position_ids=rows.position_ids,
-                **({"logits_to_keep": rows.response_index} if keep else {}),
-            )
-            return PackedOutput(getattr(out, "logits", out), rows, at_responses=keep)
-        extra = {}
-        if self._keeps_logits and "responses" in t:  # logits of the R positions that predict the responses
-            length, resp_len = t["input_ids"].shape[1], t["responses"].shape[1]
-            extra["logits_to_keep"] = torch.arange(length - resp_len - 1, length - 1, device=t["input_ids"].device)
-        out = self.model(
-            input_ids=t["input_ids"], attention_mask=t["attention_mask"], position_ids=t["position_ids"], **extra
-        )
-        return getattr(out, "logits", out)
+        rows = pack_batch(batch) if self.remove_padding else None
+        if rows is not None:
+            inputs = {"input_ids": rows.input_ids, "attention_mask": None, "position_ids": rows.position_ids}
+        else:
+            inputs = {k: t[k] for k in ("input_ids", "attention_mask", "position_ids")}
+        keep: torch.Tensor | None = None
+        if self._keeps_logits and "responses" in t:
+            if rows is not None:
+                keep = rows.response_index
+            else:  # the R positions P-1 .. P+R-2 that predict the R response columns
+                length, resp_len = t["input_ids"].shape[1], t["responses"].shape[1]
+                keep = torch.arange(length - resp_len - 1, length - 1, device=t["input_ids"].device)
+            inputs["logits_to_keep"] = keep
+        if scoring is not None and keep is not None and self.fused_kernels:
+            labels = t["responses"] if rows is None else t["responses"].reshape(-1)[rows.response_flat].unsqueeze(0)
+            with self._scoring_head(labels, scoring):
+                scores = self.model(**inputs).logits  # (rows or 1, positions, 2): log-prob, entropy
+            log_probs, entropy = scores[..., 0], scores[..., 1]
+            if rows is not None:
+                log_probs, entropy = rows.unpack_responses(log_probs), rows.unpack_responses(entropy)
+            return TokenScores(log_probs, entropy if scoring.with_entropy else None)
+        out = self.model(**inputs)
+        out = getattr(out, "logits", out)
+        return out if rows is None else PackedOutput(out, rows, at_responses=keep is not None)
 
-    def forward_micro_batches(self, micro: list[Batch], head: Callable[[ModelOutput, Batch], Any]) -> list[Any]:
-        """``head(output, micro_batch)`` for each micro-batch, without gradients (log-probs, values)."""
+    @contextlib.contextmanager
+    def _scoring_head(self, labels: torch.Tensor, scoring: TokenScoring) -> Iterator[None]:
+        """The output head scores ``labels`` from its hidden states (``hidden_token_log_probs``) for one
+        forward. Inside the model's forward, so that FSDP has gathered the head's weight, as for logits."""
+        head: Any = cast(Any, self.model).get_output_embeddings()  # a Hugging Face causal LM's nn.Linear head
+
+        def scored(hidden: torch.Tensor) -> torch.Tensor:
+            log_probs, entropy = hidden_token_log_probs(hidden, head.weight, head.bias, labels, scoring)
+            return torch.stack([log_probs, entropy if entropy is not None else torch.zeros_like(log_probs)], -1)
+
+        head.forward = scored
+        try:
+            yield
+        finally:
+            del head.forward
+
+    def forward_micro_batches(
+        self, micro: list[Batch], head: Callable[[ModelOutput, Batch], Any], scoring: TokenScoring | None = None
+    ) -> list[Any]:
+        """``head(output, micro_batch)`` for each micro-batch, without gradients (log-probs, values);
+        ``scoring``: how ``head`` scores response tokens (see ``model_output``)."""
         results = []
         with torch.no_grad():
             for mb in micro:
                 mb = mb.to(self.device)
                 with self.autocast():
-                    results.append(head(self.model_output(mb), mb))
+                    results.append(head(self.model_output(mb, scoring), mb))
         return results
 
     def forward_backward(
@@ -120,6 +157,7 @@ class TrainEngine:
         loss_fn: Callable[[ModelOutput, Batch], tuple[torch.Tensor, dict[str, float]]],
         *,
         average: bool = True,
+        scoring: TokenScoring | None = None,
     ) -> list[dict]:
         """Accumulate the gradients of the mean (``average``) or the sum of ``loss_fn`` over the
         micro-batches (a sum when the caller weighs each micro-batch itself); return their metrics."""
@@ -127,7 +165,7 @@ class TrainEngine:
         for mb in micro:
             mb = mb.to(self.device)
             with self.autocast():
-                loss, row = loss_fn(self.model_output(mb), mb)
+                loss, row = loss_fn(self.model_output(mb, scoring), mb)
             self.backward(loss / len(micro) if average else loss)
             rows.append(row)
         return rows

@@ -27,6 +27,7 @@ def make_engine(
     ranks_per_node: int | None = None,
     weights: WeightSource | None = None,
     remove_padding: bool = False,
+    fused_kernels: bool = False,
 ) -> TrainEngine:
     """Wrap ``model`` with the strategy of its role's ``section``; ``train`` gives it the section's optimizer
     (the reference and reward models are frozen). The reward model's section has no strategy: always FSDP.
@@ -36,7 +37,8 @@ def make_engine(
 
     With ``weights``, ``model`` is empty (parameters on the meta device): it is sharded first, then each
     rank allocates and reads only its shards, so no rank ever holds the whole model. ``remove_padding``: the
-    model runs on packed rows (``hybridrl.parallel.packing``)."""
+    model runs on packed rows (``hybridrl.parallel.packing``); ``fused_kernels``: scores come from the hidden
+    states (``TrainEngine.model_output``)."""
     trained = section if train and isinstance(section, TrainedRoleConfig) else None
     optim = trained.optim if trained is not None else None
     scaler = None
@@ -83,4 +85,5 @@ def make_engine(
         state_dict_fn=full_state_dict,
         loss_scaler=scaler,
         remove_padding=remove_padding,
+        fused_kernels=fused_kernels,
     )

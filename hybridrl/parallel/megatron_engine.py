@@ -20,6 +20,7 @@ from torch import nn
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 from torch.distributed.tensor import Replicate
 
+from hybridrl.algorithms.token_logprobs import TokenScoring
 from hybridrl.config.choices import Precision
 from hybridrl.config.schema import OptimConfig
 from hybridrl.models.decoder_stage import DecoderStage, decoder_parts, keep_stage, stage_layer_ranges
@@ -187,7 +188,8 @@ class MegatronEngine(TrainEngine):
         padded_ids, padded_pos = pad_packed(ids, pos, length)
         return padded_ids, torch.cat([mask, mask.new_zeros(mask.shape[0], length - ids.shape[1])], dim=1), padded_pos
 
-    def model_output(self, batch: Batch) -> ModelOutput:
+    def model_output(self, batch: Batch, scoring: TokenScoring | None = None) -> ModelOutput:
+        """As ``TrainEngine.model_output``, without fused kernels (refused for this strategy at validation)."""
         if self.remove_padding:
             rows = pack_batch(batch)
             ids, pos = pad_packed(
@@ -197,7 +199,9 @@ class MegatronEngine(TrainEngine):
         ids, mask, pos = self._pad_sequence(batch)
         return self.stage(ids, mask, pos)[:, : batch.tensors["input_ids"].shape[1]]
 
-    def forward_micro_batches(self, micro: list[Batch], head: Callable[[ModelOutput, Batch], Any]) -> list[Any]:
+    def forward_micro_batches(
+        self, micro: list[Batch], head: Callable[[ModelOutput, Batch], Any], scoring: TokenScoring | None = None
+    ) -> list[Any]:
         if self.layout.pp_size == 1:
             return super().forward_micro_batches(micro, head)
         with torch.no_grad():
@@ -209,6 +213,7 @@ class MegatronEngine(TrainEngine):
         loss_fn: Callable[[ModelOutput, Batch], tuple[torch.Tensor, dict[str, float]]],
         *,
         average: bool = True,
+        scoring: TokenScoring | None = None,
     ) -> list[dict]:
         if self.layout.pp_size == 1:
             return super().forward_backward(micro, loss_fn, average=average)

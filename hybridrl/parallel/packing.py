@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from hybridrl.algorithms.token_logprobs import TokenScores
+
 if TYPE_CHECKING:
     from hybridrl.protocol import Batch
 
@@ -116,5 +118,6 @@ def pad_packed(input_ids: torch.Tensor, position_ids: torch.Tensor, length: int)
     return ids, torch.cat([position_ids, position_ids[:, -1:] + step], dim=1)
 
 
-#: What a model pass returns to its head: padded (rows, length, ...) outputs, or per packed token.
-ModelOutput = torch.Tensor | PackedOutput
+#: What a model pass returns to its head: padded (rows, length, ...) outputs, per packed token, or the
+#: response tokens' scores (fused kernels).
+ModelOutput = torch.Tensor | PackedOutput | TokenScores

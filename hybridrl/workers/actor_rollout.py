@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 from hybridrl.algorithms.losses import agg_loss, compute_kl_loss, get_policy_loss
+from hybridrl.algorithms.token_logprobs import TokenScoring
 from hybridrl.config.schema import ActorConfig, Config, ModelConfig, RolloutConfig
 from hybridrl.models.loader import (
     attention_implementation,
@@ -64,6 +65,7 @@ class ActorRolloutRole(EngineRole):
             param_offload=actor.fsdp.param_offload,
             optimizer_offload=actor.fsdp.optimizer_offload,
             remove_padding=model.use_remove_padding,
+            fused_kernels=model.use_fused_kernels,
         )
         # The generation copy is allocated empty in its own dtype and filled by the first hand-over.
         self.rollout_dtype = rollout_dtype(rollout.dtype, actor.precision, ctx.device)
@@ -141,13 +143,15 @@ class ActorRolloutRole(EngineRole):
             "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu",
         )
 
+        scoring = TokenScoring(cfg.temperature, with_entropy=True, entropy_grad=False)
+
         def head(logits: ModelOutput, mb: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-            log_probs, entropy = response_log_probs(logits, mb, cfg.temperature, True)
+            log_probs, entropy = response_log_probs(logits, mb, scoring)
             assert entropy is not None
             return log_probs, entropy
 
         with self.offload.resident():
-            out = forward_rows(self.engine, batch, how, head)
+            out = forward_rows(self.engine, batch, how, head, scoring)
         if out is None:  # an early pipeline stage: the last stage holds the result
             return None
         return Batch.from_dict(tensors={"old_log_probs": out[0], "old_entropy": out[1]})
@@ -159,16 +163,16 @@ class ActorRolloutRole(EngineRole):
         clip_low = cfg.clip_ratio if cfg.clip_ratio_low is None else cfg.clip_ratio_low
         clip_high = cfg.clip_ratio if cfg.clip_ratio_high is None else cfg.clip_ratio_high
 
+        scoring = TokenScoring(
+            self.rollout_cfg.temperature,
+            with_entropy=True,
+            entropy_grad=cfg.entropy_coeff != 0,  # else a metric, without a graph
+            checkpoint=cfg.entropy_checkpointing,
+        )
+
         def micro_loss(logits: ModelOutput, mb: Batch) -> tuple[torch.Tensor, dict[str, float]]:
             mask = mb.tensors["response_mask"].float()
-            log_prob, entropy = response_log_probs(
-                logits,
-                mb,
-                self.rollout_cfg.temperature,
-                with_entropy=True,
-                entropy_grad=cfg.entropy_coeff != 0,  # else a metric, without a graph
-                checkpoint=cfg.entropy_checkpointing,
-            )
+            log_prob, entropy = response_log_probs(logits, mb, scoring)
             pg = policy_loss(
                 mb.tensors["old_log_probs"],
                 log_prob,
@@ -198,7 +202,8 @@ class ActorRolloutRole(EngineRole):
 
         mini = cfg.ppo_mini_batch_size * self.rollout_cfg.n // self.engine.dp_size
         with self.offload.resident(optimizer=True):
-            return ppo_update(self.engine, batch, cfg, mini, int(batch.meta.get("seed", 0)), micro_loss, "actor")
+            seed = int(batch.meta.get("seed", 0))
+            return ppo_update(self.engine, batch, cfg, mini, seed, micro_loss, "actor", scoring)
 
     # -- inspection and export -----------------------------------------------------------------
     def state_digest(self) -> dict[str, str]:

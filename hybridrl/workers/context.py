@@ -66,6 +66,7 @@ def build_engine(
     param_offload: bool,
     optimizer_offload: bool = False,
     remove_padding: bool = False,
+    fused_kernels: bool = False,
 ) -> tuple[TrainEngine, Offloader]:
     """A role's engine from its empty ``model`` (sharded, then filled from ``weights``), and the offloader
     that keeps it in host memory between the role's phases (the role offloads it once it is ready)."""
@@ -78,6 +79,7 @@ def build_engine(
         ranks_per_node=ctx.ranks_per_node,
         weights=weights,
         remove_padding=remove_padding,
+        fused_kernels=fused_kernels,
     )
     if not train:
         engine.model.eval()

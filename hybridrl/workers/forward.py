@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from hybridrl.algorithms.losses import loss_units
-from hybridrl.algorithms.token_logprobs import token_log_probs
+from hybridrl.algorithms.token_logprobs import TokenScores, TokenScoring, token_log_probs
 from hybridrl.config.schema import TrainedRoleConfig
 from hybridrl.parallel.engine import TrainEngine
 from hybridrl.parallel.packing import ModelOutput, PackedOutput
@@ -20,16 +20,14 @@ LossFn = Callable[[ModelOutput, Batch], tuple[torch.Tensor, dict[str, float]]]
 
 
 def response_log_probs(
-    logits: ModelOutput,
-    batch: Batch,
-    temperature: float,
-    with_entropy: bool,
-    *,
-    entropy_grad: bool = True,
-    checkpoint: bool = False,
+    logits: ModelOutput, batch: Batch, scoring: TokenScoring
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Log-probs (and entropy) of each response token, from the policy's logits at sampling temperature,
-    in bounded memory (``token_log_probs``: no fp32 copy of the logits)."""
+    """Log-probs (and entropy) of each response token (B, R), from the policy's logits at sampling
+    temperature, in bounded memory (``token_log_probs``: no fp32 copy of the logits); or as the engine
+    already scored them (fused kernels, given the same ``scoring``)."""
+    if isinstance(logits, TokenScores):
+        return logits.log_probs, logits.entropy
+    options = dict(with_entropy=scoring.with_entropy, entropy_grad=scoring.entropy_grad, checkpoint=scoring.checkpoint)
     responses = batch.tensors["responses"]  # (B, R)
     resp_len = responses.shape[1]
     if isinstance(logits, PackedOutput):  # only the real response tokens, back on the (B, R) grid
@@ -38,22 +36,13 @@ def response_log_probs(
         log_probs, entropy = token_log_probs(
             logits.output if logits.at_responses else logits.output[:, rows.response_index],
             responses.reshape(-1)[rows.response_flat].unsqueeze(0),
-            temperature,
-            with_entropy=with_entropy,
-            entropy_grad=entropy_grad,
-            checkpoint=checkpoint,
+            scoring.temperature,
+            **options,
         )
         return rows.unpack_responses(log_probs), None if entropy is None else rows.unpack_responses(entropy)
     if logits.shape[1] != resp_len:  # every position's logits: those at P-1 .. P+R-2 predict the responses
         logits = logits[:, -resp_len - 1 : -1, :]  # a view (B, R, V): read chunk by chunk
-    return token_log_probs(
-        logits,
-        responses,
-        temperature,
-        with_entropy=with_entropy,
-        entropy_grad=entropy_grad,
-        checkpoint=checkpoint,
-    )
+    return token_log_probs(logits, responses, scoring.temperature, **options)
 
 
 def response_values(values: ModelOutput, batch: Batch) -> torch.Tensor:
@@ -62,6 +51,7 @@ def response_values(values: ModelOutput, batch: Batch) -> torch.Tensor:
         rows = values.rows
         assert rows.response_index is not None, "packed without responses"
         return rows.unpack_responses(values.output[:, rows.response_index]).float()
+    assert isinstance(values, torch.Tensor), "a value model's output"
     resp_len = batch.tensors["responses"].shape[1]
     return values[:, -resp_len - 1 : -1].float()  # (B, R)
 
@@ -123,11 +113,13 @@ def forward_rows(
     batch: Batch,
     how: MicroBatching,
     head: Callable[[ModelOutput, Batch], tuple[torch.Tensor, ...]],
+    scoring: TokenScoring | None = None,
 ) -> tuple[torch.Tensor, ...] | None:
     """``head``'s per-row tensors over ``batch``, without gradients, in ``batch``'s row order (on the host);
-    None where this rank computes no result (an early pipeline stage)."""
+    None where this rank computes no result (an early pipeline stage). ``scoring``: how ``head`` scores
+    response tokens, for engines that score inside the forward (fused kernels)."""
     micro, order = how.split(batch, engine)
-    out = engine.forward_micro_batches(micro, head)
+    out = engine.forward_micro_batches(micro, head, scoring)
     if not out:
         return None
     columns = tuple(torch.cat([o[i].cpu() for o in out]) for i in range(len(out[0])))
@@ -168,6 +160,7 @@ def ppo_update(
     seed: int,
     loss_fn: LossFn,
     prefix: str,
+    scoring: TokenScoring | None = None,
 ) -> dict[str, float]:
     """PPO epochs over ``batch``: mini-batches of ``mini_size`` rows (one optimizer step each), split into
     micro-batches (``MicroBatching.for_update``) whose gradients accumulate. ``loss_fn`` maps
@@ -184,6 +177,7 @@ def ppo_update(
                 how.split(mini_batch, engine)[0],
                 weighted_loss(engine, mini_batch, cfg.loss_agg_mode, loss_fn),
                 average=False,
+                scoring=scoring,
             )
             row = mean_metrics(stats)
             row[f"{prefix}/grad_norm"] = engine.step(cfg.grad_clip)

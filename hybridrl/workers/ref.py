@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from hybridrl.algorithms.token_logprobs import TokenScoring
 from hybridrl.config.schema import ActorConfig, Config, RefConfig
 from hybridrl.models.loader import attention_implementation, empty_causal_lm
 from hybridrl.parallel.dtypes import weights_dtype
@@ -20,11 +21,12 @@ class RefRole(EngineRole):
         temperature: float,
         trust_remote_code: bool,
         remove_padding: bool = False,
+        fused_kernels: bool = False,
     ) -> None:
         """Laid out as the actor (``actor``'s strategy and sharding), without an optimizer; its weights'
         dtype is the frozen roles' default unless ``actor.fsdp.model_dtype`` names one."""
         self.ctx = ctx
-        self.temperature = temperature
+        self.scoring = TokenScoring(temperature, with_entropy=False)
         self.micro = MicroBatching(
             ref.log_prob_micro_batch_size_per_gpu,
             ref.log_prob_max_token_len_per_gpu if ref.log_prob_use_dynamic_bsz else None,
@@ -46,6 +48,7 @@ class RefRole(EngineRole):
             what="ref",
             param_offload=ref.param_offload,
             remove_padding=remove_padding,
+            fused_kernels=fused_kernels,
         )
         self.offload.offload()
 
@@ -59,6 +62,7 @@ class RefRole(EngineRole):
             temperature=arr.rollout.temperature,
             trust_remote_code=arr.model.trust_remote_code,
             remove_padding=arr.model.use_remove_padding,
+            fused_kernels=arr.model.use_fused_kernels,
         )
 
     def compute_ref_log_prob(self, batch: Batch) -> Batch | None:
@@ -67,7 +71,8 @@ class RefRole(EngineRole):
                 self.engine,
                 batch,
                 self.micro,
-                lambda logits, mb: (response_log_probs(logits, mb, self.temperature, False)[0],),
+                lambda logits, mb: (response_log_probs(logits, mb, self.scoring)[0],),
+                self.scoring,
             )
         if out is None:  # an early pipeline stage: the last stage holds the result
             return None

@@ -1,5 +1,5 @@
-"""Padding-free forward passes (use_remove_padding) and token-budget micro-batches (use_dynamic_bsz) train
-exactly like the padded, fixed-row path: log-probs, values, losses, gradient norms and weights, on FSDP and
+"""Padding-free forward passes (use_remove_padding), token-budget micro-batches (use_dynamic_bsz) and
+log-probs from hidden states (use_fused_kernels) train exactly like the padded, fixed-row path: log-probs, values, losses, gradient norms and weights, on FSDP and
 the megatron layouts (fp32, within 1e-5)."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from tests.parallel.test_megatron_parity import make_batch, megatron, train_on_r
 from tests.tiny_models import tiny
 
 VALUES = ("critic.model.value_head_init_std=0.1",)  # non-zero values from the start: the value path counts
+FUSED = ("actor_rollout_ref.model.use_fused_kernels=true",)
 PACKED = ("actor_rollout_ref.model.use_remove_padding=true", "critic.model.use_remove_padding=true")
 # Budgets over the default data lengths (16 + 6 tokens); the test batch's rows hold 6-9 tokens, so
 # micro-batches hold 2-3 rows (against 2 and 4 rows in the fixed path) and differ in size.
@@ -47,6 +48,10 @@ def padded(tmp_path_factory):
         pytest.param(2, PACKED + DYNAMIC, id="fsdp2-packed-dynamic"),
         pytest.param(2, megatron(tp=2, sp=True) + PACKED, id="tp2-sp-packed"),
         pytest.param(2, megatron(pp=2) + PACKED + DYNAMIC, id="pp2-packed-dynamic"),
+        pytest.param(1, FUSED, id="fused"),
+        pytest.param(
+            2, FUSED + PACKED + DYNAMIC + ("actor_rollout_ref.actor.entropy_checkpointing=true",), id="fsdp2-all"
+        ),
     ],
 )
 def test_matches_the_padded_fixed_row_path(tmp_path, padded, world, layout):
@@ -94,6 +99,10 @@ def test_matches_the_padded_fixed_row_path(tmp_path, padded, world, layout):
                 *megatron(pp=2),
             ],
             r"drop parallel_config.megatron.pp_microbatches",
+        ),
+        (
+            ["actor_rollout_ref.model.use_fused_kernels=true", "actor_rollout_ref.actor.strategy=megatron"],
+            r"use_fused_kernels=true needs actor.strategy=fsdp",
         ),
     ],
 )
