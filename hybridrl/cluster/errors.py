@@ -18,3 +18,7 @@ class WorkerCallTimeout(TimeoutError):
 
 class PoolPlacementError(RuntimeError):
     """The cluster cannot place a pool's bundles within the start-up timeout."""
+
+
+class ClusterConnectError(ConnectionError):
+    """Nothing answers at ``trainer.ray.address``."""

@@ -6,12 +6,14 @@ import logging
 import math
 import os
 import re
+import socket
 from dataclasses import dataclass
 from typing import Any
 
 import ray
 from ray._private.internal_api import memory_summary  # no public API reports spilling
 
+from hybridrl.cluster.errors import ClusterConnectError
 from hybridrl.config.schema import RayConfig
 
 logger = logging.getLogger(__name__)
@@ -47,6 +49,7 @@ def connect(ray_cfg: RayConfig, cpus_needed: float) -> ClusterInfo:
     if ray_cfg.working_dir:
         runtime_env["working_dir"] = ray_cfg.working_dir
     if ray_cfg.address:
+        _check_reachable(ray_cfg.address, ray_cfg.connect_timeout_s)
         ctx = ray.init(
             address=ray_cfg.address, runtime_env=runtime_env, logging_level=logging.WARNING, log_to_driver=True
         )
@@ -71,6 +74,26 @@ def connect(ray_cfg: RayConfig, cpus_needed: float) -> ClusterInfo:
     if info.dashboard_url:
         logger.info("Ray dashboard: http://%s", info.dashboard_url)
     return info
+
+
+def _check_reachable(address: str, timeout_s: float) -> None:
+    """One TCP connect to the head before ``ray.init``, whose own retries take about 14 minutes to give up
+    on an address where nothing listens. ("auto" finds a local cluster by itself.)"""
+    if address == "auto":
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        raise ClusterConnectError(
+            f"trainer.ray.address={address} is not host:port (or ray://host:port, or auto); fix the address."
+        )
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s):
+            pass
+    except OSError as exc:
+        raise ClusterConnectError(
+            f"Nothing answers at trainer.ray.address={address} within {timeout_s:.0f} s ({exc.strerror or exc}): "
+            f"start the cluster there (ray start --head) or fix the address (trainer.ray.connect_timeout_s)."
+        ) from None
 
 
 def disconnect() -> None:

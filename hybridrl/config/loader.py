@@ -8,6 +8,7 @@ import re
 from collections.abc import Iterable
 from typing import Any, cast
 
+import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
@@ -113,6 +114,25 @@ def _move_seed_parallel_config(layer: DictConfig) -> DictConfig:
     return layer
 
 
+def _read_yaml(path: str) -> DictConfig:
+    """A user's config file as one mapping of sections, or a one-line error with the line at fault."""
+    try:
+        loaded = OmegaConf.load(path)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"Config file {path} is not valid YAML{where}: {problem}.") from None
+    except (OSError, OmegaConfBaseException) as exc:
+        raise ConfigError(f"Could not read config file {path}: {str(exc).splitlines()[0]}") from None
+    if not isinstance(loaded, DictConfig):
+        raise ConfigError(
+            f"Config file {path} holds a {type(loaded).__name__.removesuffix('Config').lower()}, not a mapping of "
+            f"sections (data:, actor_rollout_ref:, trainer:, ...)."
+        )
+    return loaded
+
+
 def load_config(overrides: Iterable[str] = (), yaml_path: str | None = None) -> Config:
     """Return the resolved, typed, validated and read-only config.
 
@@ -121,10 +141,7 @@ def load_config(overrides: Iterable[str] = (), yaml_path: str | None = None) -> 
     schema = OmegaConf.structured(Config)
     layers: list[DictConfig] = []
     if yaml_path is not None:
-        try:
-            layers.append(cast(DictConfig, OmegaConf.load(yaml_path)))
-        except (OSError, OmegaConfBaseException) as exc:
-            raise ConfigError(f"Could not read config file {yaml_path}: {exc}") from None
+        layers.append(_read_yaml(yaml_path))
     layers.append(_parse_overrides(overrides))
     layers = [_normalize_seed_strategy(layer) for layer in layers]
     cfg = schema

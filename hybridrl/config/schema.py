@@ -391,6 +391,7 @@ class RayConfig:
     env_vars: dict[str, str] = doc({}, "extra environment variables for every worker (e.g. NCCL_DEBUG: INFO)")
     working_dir: str | None = doc(None, "a directory Ray ships to every worker (runtime_env working_dir); null = none")
     object_store_memory: int | None = doc(None, "bytes for the local object store; null = Ray's default")
+    connect_timeout_s: float = doc(30.0, "max wait for the head at address to answer before giving up")
     start_timeout_s: float = doc(120.0, "max wait for placement groups and worker start-up")
     call_timeout_s: float = doc(600.0, "max wait for one worker-group call")
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import os
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -218,6 +219,7 @@ def validate(cfg: Config) -> None:
         )
     _check_sharding(cfg, workers)
     _check_token_budgets(cfg)
+    _check_output_dir(cfg.trainer.output_dir)
     for role in sorted(set(workers) - {"actor_rollout"}):
         if (prompts * n) % replicas[role]:
             _fail(
@@ -275,6 +277,19 @@ def _check_data_and_rewards(cfg: Config) -> None:
         _fail(f"actor_rollout_ref.rollout.val_kwargs.n={cfg.actor_rollout_ref.rollout.val_kwargs.n} must be >= 1.")
     if cfg.trainer.val_generations_to_log < 0:
         _fail("trainer.val_generations_to_log must be >= 0.")
+
+
+def _check_output_dir(output_dir: str) -> None:
+    """The run directory can be made and written: its nearest existing ancestor is a writable directory."""
+    path = Path(output_dir)
+    for existing in (path, *path.parents):
+        if not existing.exists():
+            continue
+        if not existing.is_dir():
+            _fail(f"trainer.output_dir={output_dir}: {existing} is a file, not a directory; choose another path.")
+        if not os.access(existing, os.W_OK | os.X_OK):
+            _fail(f"trainer.output_dir={output_dir}: {existing} is not writable; choose another path.")
+        return
 
 
 def _check_token_budgets(cfg: Config) -> None:

@@ -33,6 +33,7 @@ from hybridrl.tracking.tracker import read_rows
 from hybridrl.trainer.monitor import RunMonitor
 from hybridrl.trainer.perf_metrics import StepPerf
 from hybridrl.trainer.ppo_trainer import PPOTrainer
+from hybridrl.trainer.run_lock import hold_run_lock
 
 logger = logging.getLogger("hybridrl")
 
@@ -144,6 +145,11 @@ def run(cfg: Config) -> dict[str, Any]:
     started = time.perf_counter()
     output_dir = Path(cfg.trainer.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
+    with hold_run_lock(output_dir):
+        return _run(cfg, output_dir, started)
+
+
+def _run(cfg: Config, output_dir: Path, started: float) -> dict[str, Any]:
     (output_dir / "config.yaml").write_text(to_yaml(cfg))
     model_path, tokenizer_path = prepare_model(cfg, output_dir)
     tokenizer = load_tokenizer(tokenizer_path, cfg.actor_rollout_ref.model.trust_remote_code)

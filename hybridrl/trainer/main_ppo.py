@@ -11,10 +11,11 @@ import sys
 from collections.abc import Sequence
 
 from hybridrl.checkpoint.manager import CheckpointError
-from hybridrl.cluster.errors import PoolPlacementError, WorkerCallError, WorkerCallTimeout
+from hybridrl.cluster.errors import ClusterConnectError, PoolPlacementError, WorkerCallError, WorkerCallTimeout
 from hybridrl.config.loader import ConfigError, load_config
 from hybridrl.logging_utils import setup_logging
 from hybridrl.rewards.registry import RewardError
+from hybridrl.trainer.run_lock import RunLockError
 
 logger = logging.getLogger("hybridrl")
 
@@ -47,6 +48,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         WorkerCallTimeout,
         PoolPlacementError,
         CheckpointError,
+        ClusterConnectError,
+        RunLockError,
         FileNotFoundError,
         ValueError,
     ) as exc:
