@@ -39,7 +39,7 @@ def score_one(
     name = getattr(fn, "__qualname__", repr(fn))
     try:
         value = fn(data_source, response, ground_truth, extra_info)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # sys.exit() in user code ended the run without a word
         raise RewardError(
             f"Reward function {name} raised on sample {index} (data_source={data_source!r}, "
             f"response={response!r}): {type(exc).__name__}: {exc}"

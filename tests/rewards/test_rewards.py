@@ -1,5 +1,6 @@
 import itertools
 import math
+import sys
 
 import pytest
 
@@ -34,17 +35,24 @@ def bad_rewards():
     def raising(ds, s, gt, extra):
         raise ZeroDivisionError("boom")
 
+    def exiting(ds, s, gt, extra):
+        sys.exit(3)
+
     register_reward("t_raise")(raising)
+    register_reward("t_exit")(exiting)
     register_reward("t_nan")(lambda ds, s, gt, extra: math.nan)
     register_reward("t_str")(lambda ds, s, gt, extra: "1.0")
     yield
-    for name in ("t_raise", "t_nan", "t_str"):
+    for name in ("t_raise", "t_exit", "t_nan", "t_str"):
         REWARD_FNS.pop(name)
 
 
 def test_reward_failures_name_function_and_sample(bad_rewards):
     with pytest.raises(RewardError, match=r"raising raised on sample 1 .*ZeroDivisionError: boom"):
         score_batch(["copy", "t_raise"], ["1", "2"], ["1", "2"])
+    # sys.exit in a reward is a reward failure like any other, not the silent end of the run
+    with pytest.raises(RewardError, match=r"exiting raised on sample 0 .*SystemExit: 3"):
+        score_batch(["t_exit"], ["1"], ["1"])
     with pytest.raises(RewardError, match=r"returned nan for sample 0"):
         score_batch(["t_nan"], ["1"], ["1"])
     with pytest.raises(RewardError, match=r"returned '1.0'"):
