@@ -29,7 +29,7 @@ def export_actor(checkpoint_dir: str | Path, out_dir: str | Path) -> Path:
     if not hf_meta.exists():
         raise FileNotFoundError(f"{checkpoint_dir} has no actor (missing {hf_meta}).")
     state = read_full_model(actor_dir)
-    config = AutoConfig.from_pretrained(hf_meta)
+    config = AutoConfig.from_pretrained(hf_meta, local_files_only=True)  # never the network: a local directory
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
     model.load_state_dict(state, strict=False, assign=True)
@@ -42,7 +42,7 @@ def export_actor(checkpoint_dir: str | Path, out_dir: str | Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out_dir, safe_serialization=True)
     if (hf_meta / "generation_config.json").exists():
-        GenerationConfig.from_pretrained(hf_meta).save_pretrained(out_dir)
+        GenerationConfig.from_pretrained(hf_meta, local_files_only=True).save_pretrained(out_dir)
     load_tokenizer(str(hf_meta)).save_pretrained(out_dir)
     logger.info("Exported %s to %s", checkpoint_dir, out_dir)
     return out_dir

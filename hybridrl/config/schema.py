@@ -76,6 +76,7 @@ class ModelConfig:
 @dataclass(frozen=True)
 class CriticModelConfig:
     path: str | None = doc(None, "null = start from the actor's model")
+    trust_remote_code: bool = doc(False, "allow custom modelling code shipped with the critic's model")
     value_head_init_std: float = doc(0.0, "std of the value head's initial weights (0 = zeros)")
     enable_gradient_checkpointing: bool = doc(
         False, "critic: recompute each decoder layer in backward instead of keeping its activations"

@@ -364,7 +364,8 @@ def model_shape(cfg: Config, role: str) -> dict[str, Any] | None:
     # transformers is heavy: only a model given by path needs it here.
     from transformers import AutoConfig  # noqa: PLC0415 - heavy, needed only for a model directory
 
-    config = AutoConfig.from_pretrained(path, local_files_only=True, trust_remote_code=model.trust_remote_code)
+    trust = cfg.critic.model.trust_remote_code if role == "critic" else model.trust_remote_code
+    config = AutoConfig.from_pretrained(path, local_files_only=True, trust_remote_code=trust)
     config = getattr(config, "text_config", None) or config
     heads = config.num_attention_heads
     return {

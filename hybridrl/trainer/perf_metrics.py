@@ -40,7 +40,7 @@ class StepPerf:
     @classmethod
     def create(cls, cfg: Config, model_path: str, groups: list[WorkerGroup]) -> StepPerf:
         model_config = AutoConfig.from_pretrained(
-            model_path, trust_remote_code=cfg.actor_rollout_ref.model.trust_remote_code
+            model_path, trust_remote_code=cfg.actor_rollout_ref.model.trust_remote_code, local_files_only=True
         )
         dtype = torch.bfloat16 if cfg.actor_rollout_ref.actor.precision == Precision.bf16 else torch.float32
         peaks, sources = [], set()

@@ -51,7 +51,7 @@ class CriticRole(EngineRole):
             cfg.critic,
             ctx,
             n=cfg.actor_rollout_ref.rollout.n,
-            trust_remote_code=cfg.actor_rollout_ref.model.trust_remote_code,
+            trust_remote_code=cfg.critic.model.trust_remote_code,
             seed=cfg.trainer.seed,
         )
 
