@@ -57,6 +57,9 @@ def connect(ray_cfg: RayConfig, cpus_needed: float) -> ClusterInfo:
     else:
         num_cpus = ray_cfg.num_cpus or max(os.cpu_count() or 1, math.ceil(cpus_needed))
         kwargs: dict[str, Any] = dict(
+            # "local": always a new cluster of our own. With no address Ray joins the newest cluster that
+            # `ray start` left on this machine (or RAY_ADDRESS), someone else's on a shared machine.
+            address="local",
             num_cpus=num_cpus,
             include_dashboard=ray_cfg.include_dashboard,
             runtime_env=runtime_env,

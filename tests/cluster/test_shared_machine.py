@@ -1,5 +1,6 @@
-"""A run is not disturbed by another Ray cluster on the same machine: every Ray query addresses the run's
-own cluster (Ray's helpers otherwise look for "the" local cluster and find two)."""
+"""A run is not disturbed by another Ray cluster on the same machine: it starts its own cluster even where
+Ray would join another (``RAY_ADDRESS``, or the newest cluster ``ray start`` left), and every Ray query
+addresses the run's own cluster (Ray's helpers otherwise look for "the" local cluster and find two)."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ ray.shutdown()
 """
 
 
-def test_a_run_completes_beside_another_ray_cluster(tmp_path):
+def test_a_run_completes_beside_another_ray_cluster(tmp_path, monkeypatch):
     up, stop = tmp_path / "up", tmp_path / "stop"
     other = subprocess.Popen([sys.executable, "-c", OTHER_CLUSTER, str(up), str(stop)])
     try:
@@ -38,6 +39,9 @@ def test_a_run_completes_beside_another_ray_cluster(tmp_path):
             assert other.poll() is None, "the other Ray cluster failed to start"
             assert time.monotonic() < deadline, "the other Ray cluster did not start within 120 s"
             time.sleep(0.2)
+        # As after `ray start` on a shared machine: ray.init() without an address would join this cluster
+        # (and refuse our num_cpus), so a local run must ask for a cluster of its own.
+        monkeypatch.setenv("RAY_ADDRESS", up.read_text())
         out = tmp_path / "run"
         cfg = load_config(
             [

@@ -24,6 +24,7 @@ def ray_cluster():
     import ray
 
     ray.init(
+        address="local",  # our own cluster, whatever else runs on the machine
         num_cpus=2,
         include_dashboard=False,
         logging_level="WARNING",
