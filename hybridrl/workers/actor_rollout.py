@@ -10,6 +10,7 @@ import torch
 
 from hybridrl.algorithms.losses import agg_loss, compute_kl_loss, get_policy_loss
 from hybridrl.algorithms.token_logprobs import TokenScoring
+from hybridrl.config.roles import ROLE_SECTIONS
 from hybridrl.config.schema import ActorConfig, Config, ModelConfig, RolloutConfig
 from hybridrl.models.loader import (
     attention_implementation,
@@ -203,7 +204,17 @@ class ActorRolloutRole(EngineRole):
         mini = cfg.ppo_mini_batch_size * self.rollout_cfg.n // self.engine.dp_size
         with self.offload.resident(optimizer=True):
             seed = int(batch.meta.get("seed", 0))
-            return ppo_update(self.engine, batch, cfg, mini, seed, micro_loss, "actor", scoring)
+            return ppo_update(
+                self.engine,
+                batch,
+                cfg,
+                mini,
+                seed,
+                micro_loss,
+                "actor",
+                scoring,
+                section=ROLE_SECTIONS["actor_rollout"],
+            )
 
     # -- inspection and export -----------------------------------------------------------------
     def state_digest(self) -> dict[str, str]:

@@ -6,6 +6,7 @@ import torch
 
 from hybridrl.algorithms.losses import compute_value_loss
 from hybridrl.algorithms.utils import masked_mean
+from hybridrl.config.roles import ROLE_SECTIONS
 from hybridrl.config.schema import Config, CriticConfig
 from hybridrl.models.loader import attention_implementation, empty_value_model, enable_activation_checkpointing
 from hybridrl.parallel.dtypes import weights_dtype
@@ -90,8 +91,9 @@ class CriticRole(EngineRole):
 
         mini = cfg.ppo_mini_batch_size * self.n // self.engine.dp_size
         with self.offload.resident(optimizer=True):
+            seed = critic_update_seed(int(batch.meta.get("seed", 0)))
             return ppo_update(
-                self.engine, batch, cfg, mini, critic_update_seed(int(batch.meta.get("seed", 0))), micro_loss, "critic"
+                self.engine, batch, cfg, mini, seed, micro_loss, "critic", section=ROLE_SECTIONS["critic"]
             )
 
     def state_digest(self) -> dict[str, str]:

@@ -80,10 +80,11 @@ class MicroBatching:
     key: str = ""
 
     @classmethod
-    def for_update(cls, cfg: TrainedRoleConfig, prefix: str) -> MicroBatching:
+    def for_update(cls, cfg: TrainedRoleConfig, section: str) -> MicroBatching:
+        """The update's micro-batches from the role's config ``section`` (its dotted path, for errors)."""
         if cfg.use_dynamic_bsz:
             return cls(
-                cfg.ppo_micro_batch_size_per_gpu, cfg.ppo_max_token_len_per_gpu, f"{prefix}.ppo_max_token_len_per_gpu"
+                cfg.ppo_micro_batch_size_per_gpu, cfg.ppo_max_token_len_per_gpu, f"{section}.ppo_max_token_len_per_gpu"
             )
         return cls(cfg.ppo_micro_batch_size_per_gpu)
 
@@ -161,6 +162,8 @@ def ppo_update(
     loss_fn: LossFn,
     prefix: str,
     scoring: TokenScoring | None = None,
+    *,
+    section: str,
 ) -> dict[str, float]:
     """PPO epochs over ``batch``: mini-batches of ``mini_size`` rows (one optimizer step each), split into
     micro-batches (``MicroBatching.for_update``) whose gradients accumulate. ``loss_fn`` maps
@@ -168,7 +171,7 @@ def ppo_update(
     (empty of loss metrics on ranks that compute no loss, e.g. early pipeline stages)."""
     generator = torch.Generator().manual_seed(seed)
     rows: list[dict[str, float]] = []
-    how = MicroBatching.for_update(cfg, prefix)
+    how = MicroBatching.for_update(cfg, section)
     engine.model.train()
     for _ in range(cfg.ppo_epochs):
         data = batch.shuffle(generator) if cfg.shuffle else batch
