@@ -32,6 +32,7 @@ class CheckpointManager:
     def __init__(self, root: Path, max_to_keep: int | None) -> None:
         self.root = Path(root)
         self.max_to_keep = max_to_keep
+        self.last_committed: Path | None = None  # the newest checkpoint this process wrote
 
     def begin(self, step: int) -> Path:
         """A fresh temporary directory for step ``step``'s checkpoint."""
@@ -51,6 +52,7 @@ class CheckpointManager:
         pointer = self.root / f".{LATEST}.tmp"
         pointer.write_text(str(step))
         os.replace(pointer, self.root / LATEST)
+        self.last_committed = final
         self._prune()
         logger.info("Saved checkpoint %s", final)
         return final

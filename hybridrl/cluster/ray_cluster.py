@@ -65,6 +65,9 @@ def connect(ray_cfg: RayConfig, cpus_needed: float) -> ClusterInfo:
             runtime_env=runtime_env,
             logging_level=logging.WARNING,
             log_to_driver=True,
+            # Ray binds the metrics endpoint to every interface for any node address it accepts (it refuses
+            # a loopback node address): the only way to keep it off the network is not to start it.
+            _system_config={"enable_metrics_collection": bool(ray_cfg.metrics_export)},
         )
         if ray_cfg.include_dashboard:
             kwargs["dashboard_host"] = ray_cfg.dashboard_host

@@ -19,7 +19,7 @@ from ray.experimental import get_object_locations
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from hybridrl.cluster.errors import PoolPlacementError, WorkerCallError, WorkerCallTimeout
+from hybridrl.cluster.errors import PoolPlacementError, WorkerCallError, WorkerCallTimeout, WorkerStuckError
 from hybridrl.config.pools import PoolSpec
 from hybridrl.config.schema import Config
 from hybridrl.protocol import Batch
@@ -30,6 +30,12 @@ from hybridrl.workers.worker import Worker
 logger = logging.getLogger(__name__)
 
 _SIZE_LOOKUP_TIMEOUT_MS = 10_000  # the objects are ours (the driver owns them): answered locally
+_DEATH_GRACE_S = 5.0  # after a rank raised: how long to look for a peer that died (the real cause)
+
+
+def _cause(exc: Exception) -> str:
+    inner = getattr(exc, "cause", None)
+    return str(inner) if inner is not None else str(exc).splitlines()[-1]
 
 
 def _stored_bytes(refs: list[Any]) -> int:
@@ -58,12 +64,17 @@ class WorkerGroup:
         start_timeout_s: float,
         call_timeout_s: float,
         monitor: Any | None = None,
+        heartbeats: Any | None = None,
+        liveness_timeout_s: float = 0.0,
     ) -> None:
         self.pool = pool
         self.roles = list(roles)
         self.name = "+".join(self.roles)
         self.call_timeout_s = call_timeout_s
         self.monitor = monitor  # a RunMonitor: timeline, stragglers, resources (optional)
+        self.heartbeats = heartbeats if liveness_timeout_s > 0 else None  # a liveness.HeartbeatBoard actor
+        self.liveness_timeout_s = liveness_timeout_s
+        self.failed = False  # a rank died or stopped answering: shutdown does not wait on it
         self.actors: list[Any] = []
         self._layouts: dict[tuple[str, str], list[DataLayout]] = {}
         self.placement_group = placement_group(pool.bundles(), strategy=pool.strategy, name=f"hybridrl-{pool.name}")
@@ -101,6 +112,9 @@ class WorkerGroup:
                         num_threads=max(1, int(bundle.get("CPU", 1))),
                     )
                 )
+            if self.heartbeats is not None:
+                for rank, actor in enumerate(self.actors):
+                    actor.start_heartbeat.remote(self.heartbeats, self.name, rank, self.liveness_timeout_s / 6)
             master_addr, master_port = self._wait(
                 [self.actors[0].master_address.remote()], "master_address", start_timeout_s
             )[0]
@@ -126,24 +140,70 @@ class WorkerGroup:
         return len(self.actors)
 
     def _wait(self, refs: list[Any], method: str, timeout_s: float | None = None) -> list[Any]:
-        """Gather results in rank order; fail on the first rank that raises, or on the timeout."""
+        """Gather results in rank order; fail on the first rank that raises, dies or stops answering, or on
+        the timeout."""
         timeout_s = self.call_timeout_s if timeout_s is None else timeout_s
-        deadline = time.monotonic() + timeout_s
+        started = time.monotonic()
+        deadline = started + timeout_s
         index = {ref: rank for rank, ref in enumerate(refs)}
         pending = list(refs)
         while pending:
-            ready, pending = ray.wait(pending, num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
+            wait_s = max(0.0, deadline - time.monotonic())
+            if self.heartbeats is not None:
+                wait_s = min(wait_s, self.liveness_timeout_s / 3)
+            ready, pending = ray.wait(pending, num_returns=1, timeout=wait_s)
             if not ready:
-                raise WorkerCallTimeout(self.name, sorted(index[r] for r in pending), method, timeout_s)
+                if time.monotonic() >= deadline:
+                    self.failed = True
+                    raise WorkerCallTimeout(self.name, sorted(index[r] for r in pending), method, timeout_s)
+                if time.monotonic() - started > self.liveness_timeout_s:
+                    self._check_liveness(method)
+                continue
             try:
                 ray.get(ready[0], timeout=0)
-            except (RayTaskError, RayActorError) as exc:
-                inner = getattr(exc, "cause", None)
-                cause = str(inner) if inner is not None else str(exc).splitlines()[-1]
-                raise WorkerCallError(self.name, index[ready[0]], method, cause) from exc
+            except RayActorError as exc:  # the process or its node is gone
+                self.failed = True
+                raise WorkerCallError(self.name, index[ready[0]], method, _cause(exc), system=True) from exc
+            except RayTaskError as exc:
+                # A rank that died makes its peers' collectives fail too, and their errors can come first:
+                # name the dead rank, which is the cause.
+                dead = self._dead_rank(pending, index, method)
+                if dead is not None:
+                    raise dead from exc
+                raise WorkerCallError(self.name, index[ready[0]], method, _cause(exc)) from exc
             except GetTimeoutError:  # pragma: no cover - ready refs do not time out
                 raise WorkerCallTimeout(self.name, [index[ready[0]]], method, timeout_s) from None
         return ray.get(refs)
+
+    def _check_liveness(self, method: str) -> None:
+        """Raise WorkerStuckError naming the ranks whose heartbeats stopped (a slow board is not a failure)."""
+        assert self.heartbeats is not None
+        try:
+            silent = ray.get(
+                self.heartbeats.silent.remote(self.name, list(range(self.world_size)), self.liveness_timeout_s),
+                timeout=self.liveness_timeout_s,
+            )
+        except GetTimeoutError:
+            logger.warning("The heartbeat board did not answer within %.0f s", self.liveness_timeout_s)
+            return
+        if silent:
+            self.failed = True
+            raise WorkerStuckError(self.name, sorted(silent), method, max(silent.values()))
+
+    def _dead_rank(self, pending: list[Any], index: dict[Any, int], method: str) -> WorkerCallError | None:
+        """After one rank raised: a rank among ``pending`` whose process died, within a short grace."""
+        if not pending:
+            return None
+        done, _ = ray.wait(pending, num_returns=len(pending), timeout=_DEATH_GRACE_S)
+        for ref in done:
+            try:
+                ray.get(ref, timeout=0)
+            except RayActorError as exc:
+                self.failed = True
+                return WorkerCallError(self.name, index[ref], method, _cause(exc), system=True)
+            except Exception:  # peers' own errors: the first one is reported
+                continue
+        return None
 
     def _gather(self, refs: list[Any], name: str, sent: list[Any] | None = None) -> list[CallResult]:
         """Wait for ``refs``; the monitor counts the bytes of the ``sent`` objects and of the results."""
@@ -217,12 +277,15 @@ class WorkerGroup:
     def shutdown(self) -> None:
         if self.actors:
             # Leave the gloo/nccl group cleanly; a stuck rank must not block shutdown. Best effort: the
-            # actors are killed next.
-            with contextlib.suppress(Exception):
-                ray.wait([a.teardown.remote() for a in self.actors], num_returns=len(self.actors), timeout=30)
+            # actors are killed next. After a rank died or stopped there is no clean exit to wait for.
+            if not self.failed:
+                with contextlib.suppress(Exception):
+                    ray.wait([a.teardown.remote() for a in self.actors], num_returns=len(self.actors), timeout=30)
             for actor in self.actors:
                 ray.kill(actor, no_restart=True)
             self.actors = []
         if self.placement_group is not None:
             remove_placement_group(self.placement_group)
             self.placement_group = None
+        if self.heartbeats is not None:
+            self.heartbeats.forget.remote(self.name)

@@ -367,6 +367,14 @@ class RewardConfig:
         "raise: stop with an error naming the function and sample | fail: score the sample as failed",
     )
     failure_score: float = doc(0.0, "the score a failed sample gets with on_error=fail (counted in reward/failed)")
+    num_workers: int = doc(
+        1,
+        "processes that run reward functions (a hang, crash or sys.exit there is a reward failure, not the "
+        "run's end); more score samples in parallel; 0 = in the driver, with no deadline",
+    )
+    timeout_s: float = doc(
+        600.0, "deadline for scoring one batch; samples still running then fail naming this key (num_workers > 0)"
+    )
 
 
 # -- cluster and trainer ---------------------------------------------------------------------------
@@ -389,12 +397,22 @@ class RayConfig:
     num_cpus: int | None = doc(None, "local cluster CPUs; null = enough for every worker (may oversubscribe)")
     include_dashboard: bool = doc(True, "start the Ray dashboard with a local cluster; its address is printed")
     dashboard_host: str = doc("127.0.0.1", "the dashboard listens here only; 0.0.0.0 exposes it to the network")
+    metrics_export: bool = doc(
+        False,
+        "a local cluster's Prometheus metrics endpoint on each node (Ray binds it to every interface, without "
+        "authentication); off unless asked",
+    )
     env_vars: dict[str, str] = doc({}, "extra environment variables for every worker (e.g. NCCL_DEBUG: INFO)")
     working_dir: str | None = doc(None, "a directory Ray ships to every worker (runtime_env working_dir); null = none")
     object_store_memory: int | None = doc(None, "bytes for the local object store; null = Ray's default")
     connect_timeout_s: float = doc(30.0, "max wait for the head at address to answer before giving up")
     start_timeout_s: float = doc(120.0, "max wait for placement groups and worker start-up")
     call_timeout_s: float = doc(600.0, "max wait for one worker-group call")
+    liveness_timeout_s: float = doc(
+        60.0,
+        "a rank whose heartbeat stops this long while a call waits on it is named as stuck (a stopped or "
+        "wedged process); 0 = off, only call_timeout_s",
+    )
 
 
 @dataclass(frozen=True)
@@ -429,6 +447,11 @@ class TrainerConfig:
         "auto", "auto (latest checkpoint in output_dir, if any) | disable | resume_path | a checkpoint path"
     )
     resume_from_path: str | None = doc(None, "the global_step_<k> directory for resume_mode=resume_path")
+    max_restarts: int = doc(
+        3,
+        "when a worker dies, its node leaves or a rank stops answering: restart the worker groups from the last "
+        "checkpoint this many times in the same run (0 = stop at the first such failure)",
+    )
     test_freq: int = doc(50, "validate every this many steps (and at the end); -1 = never")
     val_before_train: bool = doc(False, "validate once before the first step")
     val_generations_to_log: int = doc(5, "sample generations saved per validation to <output_dir>/val_generations/")

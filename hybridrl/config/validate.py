@@ -22,7 +22,7 @@ from hybridrl.config.roles import ROLE_SECTIONS, ROLES, active_roles, engine_sec
 from hybridrl.config.schema import Config, TrainedRoleConfig
 from hybridrl.data.tasks import TASKS, make_task
 from hybridrl.parallel.layout import megatron_fit_errors
-from hybridrl.rewards.custom import CustomRewardError, load_reward_fn
+from hybridrl.rewards.custom import CustomRewardError, check_reward_file
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +75,9 @@ def _check_positive(cfg: Config) -> None:
         "trainer.learning_check_window": cfg.trainer.learning_check_window,
         "actor_rollout_ref.actor.optim.lr": actor.optim.lr,
         "critic.optim.lr": critic.optim.lr,
+        "trainer.ray.connect_timeout_s": cfg.trainer.ray.connect_timeout_s,
+        "trainer.ray.start_timeout_s": cfg.trainer.ray.start_timeout_s,
+        "trainer.ray.call_timeout_s": cfg.trainer.ray.call_timeout_s,
     }
     for key, value in values.items():
         if value <= 0:
@@ -88,6 +91,8 @@ def _check_positive(cfg: Config) -> None:
     for key, value in (
         ("breakdown_interval", cfg.trainer.breakdown_interval),
         ("cluster_stats_interval", cfg.trainer.cluster_stats_interval),
+        ("max_restarts", cfg.trainer.max_restarts),
+        ("ray.liveness_timeout_s", cfg.trainer.ray.liveness_timeout_s),
     ):
         if value < 0:
             _fail(f"trainer.{key}={value} must be >= 0.")
@@ -268,9 +273,14 @@ def _check_data_and_rewards(cfg: Config) -> None:
             )
     if cfg.custom_reward_function.path:
         try:
-            load_reward_fn(cfg.custom_reward_function.path, cfg.custom_reward_function.name)
+            check_reward_file(cfg.custom_reward_function.path, cfg.custom_reward_function.name)
         except CustomRewardError as exc:
             _fail(f"custom_reward_function: {exc}")
+    if cfg.reward.num_workers < 0 or cfg.reward.timeout_s <= 0:
+        _fail(
+            f"reward.num_workers={cfg.reward.num_workers} must be >= 0 (0 = score in the driver) and "
+            f"reward.timeout_s={cfg.reward.timeout_s} > 0."
+        )
     if cfg.trainer.test_freq == 0 or cfg.trainer.test_freq < -1:
         _fail(f"trainer.test_freq={cfg.trainer.test_freq}: use a positive number of steps, or -1 for no validation.")
     if cfg.actor_rollout_ref.rollout.val_kwargs.n < 1:

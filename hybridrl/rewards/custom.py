@@ -22,11 +22,12 @@ to Ray workers.
 
 from __future__ import annotations
 
+import ast
+import copy
 import hashlib
 import importlib.util
 import inspect
 import sys
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -64,10 +65,10 @@ def _import_file(path: Path) -> ModuleType:
         raise
     except BaseException as exc:  # SystemExit from a stray sys.exit() is reported like any error
         sys.modules.pop(module_name, None)
-        detail = "".join(traceback.format_exception_only(type(exc), exc)).rstrip()
+        detail = " ".join(f"{type(exc).__name__}: {exc}".split())  # one line, even for a multi-line message
         raise CustomRewardError(
-            f"Importing the custom reward file {str(path)!r} failed:\n{detail}\nFix the error in that "
-            f"file (the original traceback is chained above); it must import without errors."
+            f"Importing the custom reward file {str(path)!r} failed: {detail}; fix that file (the original "
+            f"traceback is chained to this error): it must import without errors."
         ) from exc
     return module
 
@@ -116,6 +117,70 @@ def _resolve(path: Path, name: str) -> tuple[Callable, str]:
             f"callables found: {_public_callables(module)}."
         )
     return fn, _call_mode(fn, path, name)
+
+
+def _top_level_names(tree: ast.Module) -> dict[str, ast.AST]:
+    names: dict[str, ast.AST] = {}
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names[node.name] = node
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update({t.id: node for t in targets if isinstance(t, ast.Name)})
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update({(alias.asname or alias.name).split(".")[0]: node for alias in node.names})
+    return names
+
+
+def _signature_stub(node: ast.FunctionDef | ast.AsyncFunctionDef) -> Callable:
+    """A function with ``node``'s parameters and nothing else (defaults, annotations and body dropped), so
+    that its signature can be checked without running any of the file's code."""
+    stub = copy.deepcopy(node)
+    stub.decorator_list, stub.returns, stub.body = [], None, [ast.Pass()]
+    args = stub.args
+    for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]:
+        if arg is not None:
+            arg.annotation = None
+    args.defaults = [ast.Constant(None) for _ in args.defaults]
+    args.kw_defaults = [None if d is None else ast.Constant(None) for d in args.kw_defaults]
+    module = ast.fix_missing_locations(ast.Module(body=[stub], type_ignores=[]))
+    namespace: dict[str, Any] = {}
+    exec(compile(module, "<reward signature>", "exec"), namespace)  # a bodiless def: nothing of the user's runs
+    return namespace[node.name]
+
+
+def check_reward_file(path: str, name: str = "compute_score") -> None:
+    """Check ``path`` defines ``name`` with verl's parameters, without executing the file (``config show`` and
+    validation must not run user code). Raise CustomRewardError saying what to fix."""
+    file = Path(path).expanduser().resolve()
+    if not file.exists():
+        raise CustomRewardError(
+            f"Custom reward file {str(file)!r} does not exist: set the reward function path to an existing .py "
+            f"file (relative paths are resolved from {str(Path.cwd())!r})."
+        )
+    if not file.is_file():
+        raise CustomRewardError(f"Custom reward path {str(file)!r} is not a file: point it at a .py file.")
+    try:
+        tree = ast.parse(file.read_bytes(), filename=str(file))
+    except SyntaxError as exc:
+        raise CustomRewardError(
+            f"Custom reward file {str(file)!r} is not valid Python: {exc.msg} at line {exc.lineno}; fix that line."
+        ) from None
+    except (OSError, ValueError) as exc:
+        raise CustomRewardError(f"Cannot read the custom reward file {str(file)!r}: {exc}.") from None
+    names = _top_level_names(tree)
+    star = any(isinstance(n, ast.ImportFrom) and any(a.name == "*" for a in n.names) for n in tree.body)
+    if name not in names:
+        if star:  # ``from x import *`` may bring it; the import at run start will tell
+            return
+        functions = sorted(n for n, node in names.items() if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)))
+        raise CustomRewardError(
+            f"Custom reward file {str(file)!r} defines no {name!r}; functions found: {functions}. Set the reward "
+            f"function name to one of them, or define `{_EXAMPLE.format(name=name)}`."
+        )
+    node = names[name]
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not node.decorator_list:
+        _call_mode(_signature_stub(node), file, name)
 
 
 class CustomRewardFn:

@@ -32,11 +32,16 @@ def get_reward_fn(data_source: str) -> RewardFn:
     return REWARD_FNS[data_source]
 
 
+def function_name(fn: RewardFn) -> str:
+    """How errors name a reward function (a custom one says its file)."""
+    return str(getattr(fn, "__qualname__", repr(fn)))
+
+
 def score_one(
     fn: RewardFn, index: int, data_source: str, response: str, ground_truth: Any, extra_info: Any = None
 ) -> float:
     """One sample's score; a failure names the function and the sample instead of scoring 0."""
-    name = getattr(fn, "__qualname__", repr(fn))
+    name = function_name(fn)
     try:
         value = fn(data_source, response, ground_truth, extra_info)
     except (Exception, SystemExit) as exc:  # sys.exit() in user code ended the run without a word

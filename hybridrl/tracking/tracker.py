@@ -111,7 +111,9 @@ class Tracker:
             backend.log(metrics, step)
 
     def close(self) -> None:
-        for backend in self.backends:
+        """Close every backend once (a second call does nothing)."""
+        backends, self.backends = self.backends, []
+        for backend in backends:
             backend.close()
 
 

@@ -7,15 +7,18 @@ transformers load.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from hybridrl.checkpoint.manager import CheckpointManager, read_state, resolve_resume
 from hybridrl.cluster import ray_cluster
+from hybridrl.cluster.errors import system_failure
+from hybridrl.cluster.liveness import start_board
 from hybridrl.cluster.role_clients import RoleClients, make_clients
 from hybridrl.cluster.worker_group import WorkerGroup
 from hybridrl.config.choices import Strategy
@@ -23,16 +26,18 @@ from hybridrl.config.loader import to_yaml
 from hybridrl.config.pools import ResourcePoolManager
 from hybridrl.config.roles import active_roles, engine_section
 from hybridrl.config.schema import Config, TrainedRoleConfig
-from hybridrl.data.dataset import build_datasets
+from hybridrl.data.dataset import PromptDataset, build_datasets
 from hybridrl.logging_utils import quiet_libraries
 from hybridrl.models.loader import load_tokenizer
 from hybridrl.models.tiny import ensure_tiny_model
+from hybridrl.rewards.scorer import RewardScorer
 from hybridrl.tracking import Tracker
 from hybridrl.tracking.breakdown import format_breakdown
 from hybridrl.tracking.tracker import read_rows
 from hybridrl.trainer.monitor import RunMonitor
 from hybridrl.trainer.perf_metrics import StepPerf
 from hybridrl.trainer.ppo_trainer import PPOTrainer
+from hybridrl.trainer.rewarding import RewardStep
 from hybridrl.trainer.run_lock import hold_run_lock
 
 logger = logging.getLogger("hybridrl")
@@ -64,12 +69,18 @@ def describe_strategy(cfg: Config, role: str, workers: int) -> str:
 
 
 def build_groups(
-    cfg: Config, manager: ResourcePoolManager, model_path: str, tokenizer_path: str, monitor: RunMonitor | None = None
+    cfg: Config,
+    manager: ResourcePoolManager,
+    model_path: str,
+    tokenizer_path: str,
+    monitor: RunMonitor | None = None,
+    heartbeats: Any | None = None,
 ) -> list[WorkerGroup]:
     """One WorkerGroup per used pool, hosting every role mapped to it (colocated roles)."""
     logger.info(
         "Reserving %s for pools %s", manager.total(), {p.name: manager.roles_of(p.name) for p in manager.used_pools()}
     )
+    ray_cfg = cfg.trainer.ray
     groups: list[WorkerGroup] = []
     try:
         for pool in manager.used_pools():
@@ -79,9 +90,11 @@ def build_groups(
                 cfg,
                 model_path,
                 tokenizer_path,
-                cfg.trainer.ray.start_timeout_s,
-                cfg.trainer.ray.call_timeout_s,
+                ray_cfg.start_timeout_s,
+                ray_cfg.call_timeout_s,
                 monitor,
+                heartbeats,
+                ray_cfg.liveness_timeout_s,
             )
             groups.append(group)
             for role in group.roles:
@@ -110,10 +123,8 @@ def record_placement(groups: list[WorkerGroup], output_dir: Path) -> None:
         )
 
 
-def resume(cfg: Config, checkpoints: CheckpointManager, groups: list[WorkerGroup]) -> dict[str, Any] | None:
-    """Load the checkpoint ``trainer.resume_mode`` points at into every group; its driver state, or None."""
-    checkpoints.remove_stale_temporaries()
-    resume_from = resolve_resume(cfg.trainer.resume_mode, cfg.trainer.resume_from_path, checkpoints)
+def resume(cfg: Config, resume_from: Path | None, groups: list[WorkerGroup]) -> dict[str, Any] | None:
+    """Load the checkpoint at ``resume_from`` into every group; its driver state, or None."""
     if resume_from is None:
         return None
     state = read_state(resume_from)
@@ -149,41 +160,111 @@ def run(cfg: Config) -> dict[str, Any]:
         return _run(cfg, output_dir, started)
 
 
+@dataclass
+class RunParts:
+    """What every leg of a run shares: built once on the driver, before and around the worker groups."""
+
+    cfg: Config
+    output_dir: Path
+    model_path: str
+    tokenizer_path: str
+    dataset: PromptDataset
+    val_dataset: PromptDataset | None
+    scorer: RewardScorer
+    pools: ResourcePoolManager
+    monitor: RunMonitor
+    checkpoints: CheckpointManager
+    heartbeats: Any | None
+
+
 def _run(cfg: Config, output_dir: Path, started: float) -> dict[str, Any]:
     (output_dir / "config.yaml").write_text(to_yaml(cfg))
     model_path, tokenizer_path = prepare_model(cfg, output_dir)
     tokenizer = load_tokenizer(tokenizer_path, cfg.actor_rollout_ref.model.trust_remote_code)
     dataset, val_dataset = build_datasets(cfg.data, tokenizer)
-
+    checkpoints = CheckpointManager(output_dir / "checkpoints", cfg.trainer.max_ckpt_to_keep)
+    checkpoints.remove_stale_temporaries()
+    resume_from = resolve_resume(cfg.trainer.resume_mode, cfg.trainer.resume_from_path, checkpoints)
     pools = ResourcePoolManager.from_config(cfg.resource_pool, roles=active_roles(cfg))
-    cluster = ray_cluster.connect(cfg.trainer.ray, cpus_needed=pools.total().get("CPU", 1))
-    groups: list[WorkerGroup] = []
-    tracker: Tracker | None = None
-    monitor = RunMonitor(
-        output_dir / "trace.json" if cfg.trainer.trace else None,
-        cfg.trainer.straggler_factor,
-        cfg.trainer.straggler_min_seconds,
-    )
-    try:
-        groups = build_groups(cfg, pools.for_cluster(cluster.gpus), model_path, tokenizer_path, monitor)
+    # Every clean-up runs, whatever failed first (a tracker on a full disk must not leave workers behind).
+    with contextlib.ExitStack() as cleanup:
+        scorer = RewardScorer.from_config(cfg)  # imports a custom reward file: its errors come before Ray
+        cleanup.callback(scorer.close)
+        cluster = ray_cluster.connect(cfg.trainer.ray, cpus_needed=pools.total().get("CPU", 1))
+        cleanup.callback(ray_cluster.disconnect)
+        monitor = RunMonitor(
+            output_dir / "trace.json" if cfg.trainer.trace else None,
+            cfg.trainer.straggler_factor,
+            cfg.trainer.straggler_min_seconds,
+        )
+        cleanup.callback(monitor.close)
+        heartbeats = start_board() if cfg.trainer.ray.liveness_timeout_s > 0 else None
+        parts = RunParts(
+            cfg,
+            output_dir,
+            model_path,
+            tokenizer_path,
+            dataset,
+            val_dataset,
+            scorer,
+            pools.for_cluster(cluster.gpus),
+            monitor,
+            checkpoints,
+            heartbeats,
+        )
+        restarts = 0
+        while True:
+            try:
+                history, hf_dir = _train_leg(parts, resume_from, restarts)
+                break
+            except Exception as exc:
+                if not system_failure(exc) or restarts >= cfg.trainer.max_restarts:
+                    raise
+                restarts += 1
+                resume_from = checkpoints.last_committed or resume_from  # this run's newest, else where it began
+                logger.error(
+                    "Recovering (%d of trainer.max_restarts=%d) from %s: %s. Restarting the worker groups from %s.",
+                    restarts,
+                    cfg.trainer.max_restarts,
+                    type(exc).__name__,
+                    exc,
+                    resume_from or "the start (no checkpoint yet)",
+                )
+    summary = learning_summary(history, cfg.trainer.learning_check_window)
+    summary["wall_s"] = time.perf_counter() - started
+    summary["restarts"] = restarts
+    (output_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    return {"output_dir": str(output_dir), "actor_hf": hf_dir, "summary": summary, "history": history}
+
+
+def _train_leg(parts: RunParts, resume_from: Path | None, restarts: int) -> tuple[list[dict[str, float]], str | None]:
+    """Start the worker groups, load ``resume_from`` (or start fresh), train to the end, export; the groups
+    are shut down however it ends. A recovered run runs this again from its last checkpoint."""
+    cfg, output_dir = parts.cfg, parts.output_dir
+    with contextlib.ExitStack() as cleanup:
+        groups = build_groups(cfg, parts.pools, parts.model_path, parts.tokenizer_path, parts.monitor, parts.heartbeats)
+        for group in groups:
+            cleanup.callback(group.shutdown)
         roles: RoleClients = make_clients(groups)
         record_placement(groups, output_dir)
-        perf = StepPerf.create(cfg, model_path, groups)
-        checkpoints = CheckpointManager(output_dir / "checkpoints", cfg.trainer.max_ckpt_to_keep)
-        state = resume(cfg, checkpoints, groups)
+        perf = StepPerf.create(cfg, parts.model_path, groups)
+        state = resume(cfg, resume_from, groups)
         start_step = int(state["step"]) if state else 0
         past = read_rows(output_dir / "metrics.jsonl", start_step) if state else []
         tracker = Tracker(list(cfg.trainer.logger), output_dir, cfg, resume_step=start_step if state else None)
+        cleanup.callback(tracker.close)
         trainer = PPOTrainer(
             cfg,
             roles,
-            dataset,
+            parts.dataset,
             tracker,
-            monitor,
+            parts.monitor,
             perf,
-            checkpoints if cfg.trainer.save_freq > 0 else None,
-            val_dataset=val_dataset,
+            parts.checkpoints if cfg.trainer.save_freq > 0 else None,
+            reward=RewardStep(cfg.reward_model, parts.scorer, roles.reward_model),
+            val_dataset=parts.val_dataset,
             output_dir=output_dir,
+            restarts=restarts,
         )
         if state:
             trainer.load_state_dict(state)
@@ -191,20 +272,9 @@ def _run(cfg: Config, output_dir: Path, started: float) -> dict[str, Any]:
         history = trainer.fit(start_step)
         (output_dir / "breakdown.txt").write_text(format_breakdown(history, skip_first=1) + "\n")
         tracker.close()
-        tracker = None
         hf_dir = None
         if cfg.trainer.save_hf:
             hf_dir = str(output_dir / "actor_hf")
             roles.actor_rollout.save_hf(hf_dir)
             logger.info("Saved the trained actor (Hugging Face format) to %s", hf_dir)
-    finally:
-        if tracker is not None:
-            tracker.close()
-        for group in groups:
-            group.shutdown()
-        monitor.close()
-        ray_cluster.disconnect()
-    summary = learning_summary(history, cfg.trainer.learning_check_window)
-    summary["wall_s"] = time.perf_counter() - started
-    (output_dir / "summary.json").write_text(json.dumps(summary, indent=2))
-    return {"output_dir": str(output_dir), "actor_hf": hf_dir, "summary": summary, "history": history}
+    return history, hf_dir

@@ -11,7 +11,13 @@ import sys
 from collections.abc import Sequence
 
 from hybridrl.checkpoint.manager import CheckpointError
-from hybridrl.cluster.errors import ClusterConnectError, PoolPlacementError, WorkerCallError, WorkerCallTimeout
+from hybridrl.cluster.errors import (
+    ClusterConnectError,
+    PoolPlacementError,
+    WorkerCallError,
+    WorkerCallTimeout,
+    WorkerStuckError,
+)
 from hybridrl.config.loader import ConfigError, load_config
 from hybridrl.logging_utils import setup_logging
 from hybridrl.rewards.registry import RewardError
@@ -46,11 +52,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         RewardError,
         WorkerCallError,
         WorkerCallTimeout,
+        WorkerStuckError,
         PoolPlacementError,
         CheckpointError,
         ClusterConnectError,
         RunLockError,
-        FileNotFoundError,
+        OSError,
         ValueError,
     ) as exc:
         # Known failures get one clear line; checkpoints already written stay (resume_mode=auto).

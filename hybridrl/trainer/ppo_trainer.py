@@ -18,8 +18,9 @@ import torch
 from hybridrl.algorithms.advantages import get_adv_estimator
 from hybridrl.algorithms.filtering import groups_with_signal
 from hybridrl.algorithms.kl_control import apply_kl_penalty, make_kl_controller
-from hybridrl.checkpoint.manager import CheckpointManager
+from hybridrl.checkpoint.manager import CheckpointError, CheckpointManager
 from hybridrl.checkpoint.shards import rng_state
+from hybridrl.cluster.errors import WorkerCallError, system_failure
 from hybridrl.cluster.ray_cluster import object_store_stats
 from hybridrl.cluster.role_clients import RoleClients
 from hybridrl.config.schema import Config
@@ -68,8 +69,10 @@ class PPOTrainer:
         reward: RewardStep | None = None,
         val_dataset: PromptDataset | None = None,
         output_dir: Path | None = None,
+        restarts: int = 0,
     ) -> None:
         self.cfg = cfg
+        self.restarts = restarts  # recoveries so far in this run (trainer.max_restarts)
         self.val_dataset = val_dataset
         self.output_dir = output_dir
         self._update_started = False
@@ -251,6 +254,7 @@ class PPOTrainer:
             metrics.update(self.perf.metrics(batch, timings["step"]))
         metrics.update(self.monitor.step_metrics())
         metrics["training/epoch"] = float(self.sampler.epoch)
+        metrics["train/restarts"] = float(self.restarts)
         return metrics
 
     # -- checkpoints -------------------------------------------------------------------------
@@ -271,15 +275,34 @@ class PPOTrainer:
     def save_checkpoint(self, step: int, state: dict[str, Any] | None = None) -> None:
         """Every group's shards plus the driver's ``state`` (now, by default) as step ``step``."""
         assert self.checkpoints is not None, "checkpoints are off (trainer.save_freq=-1)"
-        tmp = self.checkpoints.begin(step)
+        try:
+            tmp = self.checkpoints.begin(step)
+        except OSError as exc:
+            raise self._write_failed(step, exc) from exc
         try:
             for group in self.roles.groups():
                 group.save_checkpoint(str(tmp))
             self.checkpoints.commit(tmp, step, state if state is not None else self.state_dict())
             self._last_saved = step
-        except BaseException:
+        except BaseException as exc:
             self.checkpoints.abort(tmp)  # the previous checkpoint stays the latest
+            if isinstance(exc, OSError) or (isinstance(exc, WorkerCallError) and not exc.system):
+                raise self._write_failed(step, exc) from exc
             raise
+
+    def _write_failed(self, step: int, exc: BaseException) -> CheckpointError:
+        """A disk that is full, read-only or gone: say where, and what the run can resume from."""
+        assert self.checkpoints is not None
+        kept = self.checkpoints.latest()
+        return CheckpointError(
+            f"Writing the step {step} checkpoint under {self.checkpoints.root} failed ({exc}); free space or fix "
+            f"the permissions there. "
+            + (
+                f"The latest complete checkpoint, {kept}, is intact: rerun the same command to resume from it."
+                if kept is not None
+                else "There is no earlier checkpoint: the run starts over when rerun."
+            )
+        )
 
     def _save_before_failure(self, step: int, state_before: dict[str, Any]) -> None:
         """A step failed before any update (e.g. a reward function raised): the workers still hold the
@@ -310,8 +333,9 @@ class PPOTrainer:
             validate = trainer_cfg.test_freq > 0 and (last or step % trainer_cfg.test_freq == 0)
             try:
                 metrics = self.step(step, save_checkpoint=save, validate=validate)
-            except Exception:
-                self._save_before_failure(step, state_before)
+            except Exception as exc:
+                if not system_failure(exc):  # a dead or stuck rank cannot save; the first error must be its
+                    self._save_before_failure(step, state_before)
                 raise
             state_before = self.state_dict()
             if trainer_cfg.cluster_stats_interval and step % trainer_cfg.cluster_stats_interval == 0:

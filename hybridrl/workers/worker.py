@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -29,6 +30,7 @@ from hybridrl.protocol import Batch
 from hybridrl.workers.actor_rollout import ActorRolloutRole
 from hybridrl.workers.context import DataLayout, EngineRole, Role, WorkerContext
 from hybridrl.workers.critic import CriticRole
+from hybridrl.workers.heartbeat import start_heartbeat
 from hybridrl.workers.ref import RefRole
 from hybridrl.workers.reward_model import RewardModelRole
 from hybridrl.workers.tracing import CallResult, Span, SpanRecorder, synchronize
@@ -64,6 +66,7 @@ class Worker:
         self.roles: dict[str, Role] = {}
         self.recorder = SpanRecorder()
         self.device: torch.device | None = None
+        self._heartbeat: threading.Event | None = None
         torch.set_num_threads(max(1, num_threads))
         return_freed_memory()
         quiet_libraries()
@@ -79,6 +82,10 @@ class Worker:
         # Outside Ray (multi-process tests) there is no runtime context.
         info["node_id"] = ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
         return info
+
+    def start_heartbeat(self, board: Any, group: str, rank: int, interval_s: float) -> None:
+        """Beat into the run's heartbeat board until teardown (``cluster.liveness``)."""
+        self._heartbeat = start_heartbeat(board, group, rank, interval_s)
 
     def master_address(self) -> tuple[str, int]:
         return hdist.node_ip(), hdist.free_port()
@@ -187,5 +194,7 @@ class Worker:
             )
 
     def teardown(self) -> None:
+        if self._heartbeat is not None:
+            self._heartbeat.set()
         self.roles.clear()
         hdist.destroy_process_group()

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 
+import psutil
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -13,6 +16,7 @@ from hybridrl.checkpoint.dcp_io import read_full
 from hybridrl.cli import main as cli_main
 from hybridrl.config.loader import load_config
 from hybridrl.trainer.job import run
+from hybridrl.trainer.ppo_trainer import PPOTrainer
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -34,13 +38,27 @@ SMALL = [
 def training_metrics(path):
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     # Timings differ run to run; the shorter run also validates at its last step (val-*).
-    skip = ("timing_s/", "perf/", "ray/", "val-")
+    skip = ("timing_s/", "perf/", "ray/", "val-", "train/restarts")
     return [{k: v for k, v in r.items() if not k.startswith(skip)} for r in rows]
 
 
-def test_stop_resume_matches_uninterrupted_run(tmp_path):
-    full, split = tmp_path / "full", tmp_path / "split"
-    run(load_config(SMALL + [f"trainer.output_dir={full}", "trainer.total_steps=4"]))
+def same_checkpoints(a, b, step=4):
+    for role in ("actor_rollout", "critic"):  # critic weights and both optimizers, every tensor in full
+        sa = read_full(a / "checkpoints" / f"global_step_{step}" / role)
+        sb = read_full(b / "checkpoints" / f"global_step_{step}" / role)
+        assert sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa), role
+
+
+@pytest.fixture(scope="module")
+def full(tmp_path_factory):
+    """An uninterrupted 4-step run."""
+    out = tmp_path_factory.mktemp("resume") / "full"
+    run(load_config(SMALL + [f"trainer.output_dir={out}", "trainer.total_steps=4"]))
+    return out
+
+
+def test_stop_resume_matches_uninterrupted_run(full, tmp_path):
+    split = tmp_path / "split"
     run(load_config(SMALL + [f"trainer.output_dir={split}", "trainer.total_steps=2"]))
     assert (split / "checkpoints" / "global_step_2").exists()
     result = run(load_config(SMALL + [f"trainer.output_dir={split}", "trainer.total_steps=4"]))
@@ -49,10 +67,7 @@ def test_stop_resume_matches_uninterrupted_run(tmp_path):
     assert training_metrics(full / "metrics.jsonl") == training_metrics(split / "metrics.jsonl")
     a, b = load_file(full / "actor_hf" / "model.safetensors"), load_file(split / "actor_hf" / "model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    for role in ("actor_rollout", "critic"):  # critic weights and both optimizers, every tensor in full
-        sa = read_full(full / "checkpoints" / "global_step_4" / role)
-        sb = read_full(split / "checkpoints" / "global_step_4" / role)
-        assert sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa), role
+    same_checkpoints(full, split)
 
     # Export the final checkpoint: same logits as the actor saved at the end of the run.
     out = tmp_path / "exported"
@@ -62,3 +77,26 @@ def test_stop_resume_matches_uninterrupted_run(tmp_path):
     final = AutoModelForCausalLM.from_pretrained(full / "actor_hf")(ids).logits
     torch.testing.assert_close(exported, final, rtol=0, atol=0)
     assert cli_main(["export", str(tmp_path / "nope"), str(out)]) == 2
+
+
+def test_a_killed_worker_is_recovered_in_the_same_run(full, tmp_path, monkeypatch):
+    """SIGKILL of a worker at the start of step 3: the driver restarts the groups from step 2's checkpoint and
+    ends exactly where the uninterrupted run ends."""
+    killed = []
+    original = PPOTrainer.step
+
+    def step_with_a_kill(self, step, **kwargs):
+        if step == 3 and not killed:
+            killed.append(self.roles.groups()[0].node_info[1]["pid"])
+            os.kill(killed[0], signal.SIGKILL)
+        return original(self, step, **kwargs)
+
+    monkeypatch.setattr(PPOTrainer, "step", step_with_a_kill)
+    out = tmp_path / "recovered"
+    result = run(load_config(SMALL + [f"trainer.output_dir={out}", "trainer.total_steps=4"]))
+    assert killed and not psutil.pid_exists(killed[0])
+    assert result["summary"]["restarts"] == 1
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["train/restarts"] for r in rows] == [0, 0, 1, 1]  # steps 3-4 re-run after the recovery
+    assert training_metrics(full / "metrics.jsonl") == training_metrics(out / "metrics.jsonl")
+    same_checkpoints(full, out)

@@ -3,7 +3,7 @@ import textwrap
 
 import pytest
 
-from hybridrl.rewards.custom import CustomRewardError, load_reward_fn
+from hybridrl.rewards.custom import CustomRewardError, check_reward_file, load_reward_fn
 from hybridrl.rewards.registry import REWARD_FNS, RewardError, register_reward, score_batch
 
 
@@ -92,13 +92,13 @@ def test_import_error_shows_the_original_exception(tmp_path):
     )
     with pytest.raises(
         CustomRewardError,
-        match=r"my_reward\.py' failed:\nModuleNotFoundError: "
+        match=r"my_reward\.py' failed: ModuleNotFoundError: "
         r"No module named 'no_such_module_for_hybridrl_tests'",
     ) as err:
         load_reward_fn(path)
     assert isinstance(err.value.__cause__, ModuleNotFoundError)
     bad = write(tmp_path, "def compute_score(:\n", name="syntax.py")
-    with pytest.raises(CustomRewardError, match=r"(?s)syntax\.py' failed:\n.*line 1.*SyntaxError"):
+    with pytest.raises(CustomRewardError, match=r"syntax\.py' failed: SyntaxError: .*line 1"):
         load_reward_fn(bad)
     raising = write(tmp_path, "raise RuntimeError('config missing')\n", name="raising.py")
     with pytest.raises(CustomRewardError, match="RuntimeError: config missing"):
@@ -143,3 +143,55 @@ def test_wrong_signature(tmp_path, signature):
         r"ground_truth, extra_info\)",
     ):
         load_reward_fn(path)
+
+
+def test_the_static_check_runs_none_of_the_file(tmp_path):
+    marker = tmp_path / "ran"
+    path = write(
+        tmp_path,
+        f"""
+        import pathlib
+        pathlib.Path({str(marker)!r}).write_text("ran")
+        LIMIT: int = 3
+
+        def compute_score(data_source, solution_str: str, ground_truth, extra_info=pathlib.Path("x")):
+            return 1.0
+    """,
+    )
+    check_reward_file(path)
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize(
+    "body,name,message",
+    [
+        ("def compute_score(:\n", "compute_score", r"is not valid Python: .* at line 1; fix that line"),
+        (
+            "def score_fn(a, b, c, d):\n    return 0.0\n",
+            "compute_score",
+            r"defines no 'compute_score'; functions found: \['score_fn'\]",
+        ),
+        (
+            "def compute_score(solution_str, ground_truth):\n    pass\n",
+            "compute_score",
+            r"has the signature compute_score\(solution_str, ground_truth\)",
+        ),
+        (
+            "def compute_score(*, data_source, solution_str, ground_truth):\n    pass\n",
+            "compute_score",
+            r"cannot be called with verl's four arguments",
+        ),
+    ],
+)
+def test_the_static_check_names_the_fix(tmp_path, body, name, message):
+    with pytest.raises(CustomRewardError, match=message) as info:
+        check_reward_file(write(tmp_path, body), name)
+    assert "\n" not in str(info.value)
+
+
+def test_the_static_check_accepts_what_it_cannot_see(tmp_path):
+    check_reward_file(write(tmp_path, "from math import *\n"), "compute_score")  # a star import may bring it
+    check_reward_file(write(tmp_path, "from math import isclose as compute_score\n"))
+    check_reward_file(write(tmp_path, "import functools\n@functools.cache\ndef compute_score(x):\n    pass\n"))
+    with pytest.raises(CustomRewardError, match="does not exist"):
+        check_reward_file(str(tmp_path / "nope.py"))
