@@ -17,7 +17,8 @@ class WorkerCallTimeout(TimeoutError):
     def __init__(self, role: str, ranks: list[int], method: str, timeout_s: float) -> None:
         super().__init__(
             f"{role} worker rank(s) {ranks} did not finish {method} within {timeout_s:.0f} s "
-            f"(trainer.ray.call_timeout_s). A rank may be stuck in a collective or out of memory."
+            f"(trainer.ray.call_timeout_s, or start_timeout_s at start-up). A rank may be stuck in a collective "
+            f"or out of memory."
         )
         self.role, self.ranks, self.method = role, ranks, method
 

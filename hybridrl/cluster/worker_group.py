@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -73,7 +74,7 @@ class WorkerGroup:
         self.call_timeout_s = call_timeout_s
         self.monitor = monitor  # a RunMonitor: timeline, stragglers, resources (optional)
         self.heartbeats = heartbeats if liveness_timeout_s > 0 else None  # a liveness.HeartbeatBoard actor
-        self.liveness_timeout_s = liveness_timeout_s
+        self.liveness_timeout_s = liveness_timeout_s if self.heartbeats is not None else 0.0
         self.failed = False  # a rank died or stopped answering: shutdown does not wait on it
         self.actors: list[Any] = []
         self._layouts: dict[tuple[str, str], list[DataLayout]] = {}
@@ -141,22 +142,27 @@ class WorkerGroup:
 
     def _wait(self, refs: list[Any], method: str, timeout_s: float | None = None) -> list[Any]:
         """Gather results in rank order; fail on the first rank that raises, dies or stops answering, or on
-        the timeout."""
+        the timeout.
+
+        With heartbeats a call has no whole-call deadline unless ``timeout_s`` is given (start-up): a 70B
+        generate may take longer than any fixed bound, while a stopped rank is named by its silence and a
+        collective that never completes fails on the workers after the process group's timeout
+        (``call_timeout_s``).
+        """
+        unbounded = timeout_s is None and self.heartbeats is not None
         timeout_s = self.call_timeout_s if timeout_s is None else timeout_s
         started = time.monotonic()
-        deadline = started + timeout_s
+        deadline = math.inf if unbounded else started + timeout_s
         index = {ref: rank for rank, ref in enumerate(refs)}
         pending = list(refs)
         while pending:
-            wait_s = max(0.0, deadline - time.monotonic())
-            if self.heartbeats is not None:
-                wait_s = min(wait_s, self.liveness_timeout_s / 3)
-            ready, pending = ray.wait(pending, num_returns=1, timeout=wait_s)
+            wait_s = min(max(0.0, deadline - time.monotonic()), self.liveness_timeout_s / 3 or math.inf)
+            ready, pending = ray.wait(pending, num_returns=1, timeout=None if wait_s == math.inf else wait_s)
             if not ready:
                 if time.monotonic() >= deadline:
                     self.failed = True
                     raise WorkerCallTimeout(self.name, sorted(index[r] for r in pending), method, timeout_s)
-                if time.monotonic() - started > self.liveness_timeout_s:
+                if self.heartbeats is not None and time.monotonic() - started > self.liveness_timeout_s:
                     self._check_liveness(method)
                 continue
             try:

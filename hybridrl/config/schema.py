@@ -407,7 +407,11 @@ class RayConfig:
     object_store_memory: int | None = doc(None, "bytes for the local object store; null = Ray's default")
     connect_timeout_s: float = doc(30.0, "max wait for the head at address to answer before giving up")
     start_timeout_s: float = doc(120.0, "max wait for placement groups and worker start-up")
-    call_timeout_s: float = doc(600.0, "max wait for one worker-group call")
+    call_timeout_s: float = doc(
+        600.0,
+        "timeout of one torch.distributed collective on the workers; with liveness_timeout_s=0 also the max "
+        "wait for one worker-group call",
+    )
     liveness_timeout_s: float = doc(
         60.0,
         "a rank whose heartbeat stops this long while a call waits on it is named as stuck (a stopped or "
