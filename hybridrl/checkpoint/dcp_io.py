@@ -78,8 +78,9 @@ def _rank() -> int:
     return dist.get_rank() if dist.is_initialized() else 0
 
 
-def save_engine(model: nn.Module, optimizer: torch.optim.Optimizer, path: Path) -> None:
-    """Write the model and optimizer state of every rank of the group into ``path`` (a collective)."""
+def save_engine(model: nn.Module, optimizer: torch.optim.Optimizer, path: Path, lr_step: int = 0) -> None:
+    """Write the model and optimizer state of every rank of the group into ``path`` (a collective), and the
+    learning-rate schedule's step."""
     model_sd, optim_sd = get_state_dict(model, optimizer, options=_SHARDED)
     path.mkdir(parents=True, exist_ok=True)
     dcp.save(_flatten(model_sd, optim_sd), storage_writer=HuggingFaceStorageWriter(str(path), save_distributed=True))
@@ -87,7 +88,7 @@ def save_engine(model: nn.Module, optimizer: torch.optim.Optimizer, path: Path) 
         param_groups = cast(list[dict[str, Any]], optim_sd["param_groups"])
         groups = [{k: v for k, v in g.items() if k != "params"} for g in param_groups]  # params: this rank's
         index = {"format": FORMAT, "world_size": dist.get_world_size() if dist.is_initialized() else 1}
-        (path / INDEX).write_text(json.dumps({**index, "param_groups": jsonable(groups)}))
+        (path / INDEX).write_text(json.dumps({**index, "param_groups": jsonable(groups), "lr_step": lr_step}))
 
 
 def tensor_metadata(path: Path) -> dict[str, TensorStorageMetadata]:
@@ -105,12 +106,13 @@ def tensor_metadata(path: Path) -> dict[str, TensorStorageMetadata]:
     return tensors
 
 
-def load_engine(model: nn.Module, optimizer: torch.optim.Optimizer, path: Path, rank: int, world_size: int) -> None:
-    """Load ``path`` into this rank's model and optimizer (a collective). Format 2 loads into any layout:
-    each rank reads the chunks its current shards cover; format 1 only into the layout that wrote it."""
+def load_engine(model: nn.Module, optimizer: torch.optim.Optimizer, path: Path, rank: int, world_size: int) -> int:
+    """Load ``path`` into this rank's model and optimizer (a collective); returns the learning-rate schedule's
+    step (0 where the checkpoint predates schedules). Format 2 loads into any layout: each rank reads the
+    chunks its current shards cover; format 1 only into the layout that wrote it."""
     if checkpoint_format(path) == 1:
         load_engine_shard(model, optimizer, path, rank, world_size)
-        return
+        return 0
     index = json.loads((path / INDEX).read_text())
     if rank == 0 and index.get("world_size") != world_size:
         logger.info("Resharding %s: written by %s workers, loaded by %d.", path, index.get("world_size"), world_size)
@@ -123,6 +125,7 @@ def load_engine(model: nn.Module, optimizer: torch.optim.Optimizer, path: Path, 
         for key, value in saved.items():
             group[key] = tuple(value) if isinstance(group.get(key), tuple) else value
     set_state_dict(model, optimizer, model_state_dict=model_sd, optim_state_dict=optim_sd, options=_SHARDED)
+    return int(index.get("lr_step", 0))
 
 
 def _saved_shapes(path: Path) -> dict[str, tuple[int, ...]]:

@@ -58,6 +58,11 @@ class RewardOnError(Choice):
     fail = "fail"
 
 
+class LRSchedulerType(Choice):
+    constant = "constant"
+    cosine = "cosine"
+
+
 class RolloutName(Choice):
     hf = "hf"
 

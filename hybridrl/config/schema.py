@@ -20,6 +20,7 @@ from hybridrl.config.choices import (
     DType,
     KLControlType,
     KLPenalty,
+    LRSchedulerType,
     PipelineSchedule,
     Precision,
     RewardOnError,
@@ -134,10 +135,19 @@ class ParallelConfig:
 
 @dataclass(frozen=True)
 class OptimConfig:
-    lr: float = doc(1.0e-3, "AdamW learning rate")
+    lr: float = doc(1.0e-3, "AdamW learning rate (the schedule's base)")
     betas: list[float] = doc([0.9, 0.99], "AdamW betas")
     weight_decay: float = doc(0.0, "AdamW weight decay")
     eps: float = doc(1.0e-8, "AdamW epsilon")
+    lr_warmup_steps: int = doc(-1, "training steps of linear warm-up from 0; <= 0 = lr_warmup_steps_ratio decides")
+    lr_warmup_steps_ratio: float = doc(0.0, "warm-up as a fraction of total_training_steps (when lr_warmup_steps <= 0)")
+    lr_scheduler_type: LRSchedulerType = doc(
+        LRSchedulerType.constant, "after warm-up: constant | cosine (decays to min_lr_ratio x lr)"
+    )
+    warmup_style: LRSchedulerType | None = doc(None, "verl's older name for lr_scheduler_type; wins when set")
+    min_lr_ratio: float = doc(0.0, "cosine: the floor, as a fraction of lr")
+    num_cycles: float = doc(0.5, "cosine: half-waves over the schedule (0.5 = one decay from lr to the floor)")
+    total_training_steps: int = doc(-1, "the schedule's length; <= 0 = trainer.total_steps")
 
 
 @dataclass(frozen=True)
@@ -451,6 +461,7 @@ class TrainerConfig:
         "auto", "auto (latest checkpoint in output_dir, if any) | disable | resume_path | a checkpoint path"
     )
     resume_from_path: str | None = doc(None, "the global_step_<k> directory for resume_mode=resume_path")
+    critic_warmup: int = doc(0, "the actor is not updated before this step (the critic learns alone until then)")
     max_restarts: int = doc(
         3,
         "when a worker dies, its node leaves or a rank stops answering: restart the worker groups from the last "

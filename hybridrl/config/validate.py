@@ -92,6 +92,7 @@ def _check_positive(cfg: Config) -> None:
         ("breakdown_interval", cfg.trainer.breakdown_interval),
         ("cluster_stats_interval", cfg.trainer.cluster_stats_interval),
         ("max_restarts", cfg.trainer.max_restarts),
+        ("critic_warmup", cfg.trainer.critic_warmup),
         ("ray.liveness_timeout_s", cfg.trainer.ray.liveness_timeout_s),
     ):
         if value < 0:
@@ -100,6 +101,20 @@ def _check_positive(cfg: Config) -> None:
         _fail(f"algorithm.gamma={cfg.algorithm.gamma} and algorithm.lam={cfg.algorithm.lam} must lie in [0, 1].")
     if cfg.actor_rollout_ref.rollout.temperature <= 0:
         _fail("actor_rollout_ref.rollout.temperature must be > 0 (use do_sample=false for greedy).")
+
+
+def _check_schedules(cfg: Config) -> None:
+    for section, optim in (
+        ("actor_rollout_ref.actor.optim", cfg.actor_rollout_ref.actor.optim),
+        ("critic.optim", cfg.critic.optim),
+    ):
+        if not 0 <= optim.lr_warmup_steps_ratio <= 1 or not 0 <= optim.min_lr_ratio <= 1:
+            _fail(
+                f"{section}.lr_warmup_steps_ratio={optim.lr_warmup_steps_ratio} and {section}.min_lr_ratio="
+                f"{optim.min_lr_ratio} must lie in [0, 1]."
+            )
+        if optim.num_cycles <= 0:
+            _fail(f"{section}.num_cycles={optim.num_cycles} must be positive (0.5 = one cosine decay).")
 
 
 def _check_batch_arithmetic(
@@ -196,6 +211,7 @@ def _check_algorithm(cfg: Config) -> None:
 def validate(cfg: Config) -> None:
     _check_choices(cfg)
     _check_positive(cfg)
+    _check_schedules(cfg)
     _check_algorithm(cfg)
     workers = _check_pools(cfg)
     replicas = _check_megatron(cfg, workers)

@@ -22,6 +22,7 @@ from hybridrl.algorithms.token_logprobs import TokenScores, TokenScoring, hidden
 from hybridrl.config.choices import Precision
 from hybridrl.config.schema import OptimConfig
 from hybridrl.models.weights import tied_aliases
+from hybridrl.parallel.lr_schedule import LRSchedule
 from hybridrl.parallel.packing import ModelOutput, PackedOutput, pack_batch
 from hybridrl.parallel.precision import DynamicLossScaler
 
@@ -62,6 +63,8 @@ class TrainEngine:
         self.precision = precision
         self._state_dict_fn = state_dict_fn or (lambda m: m.state_dict())
         self.optimizer: torch.optim.Optimizer | None = None
+        self.lr_schedule: LRSchedule | None = None
+        self.lr_step = 0  # training steps the schedule has advanced (checkpointed)
         self.skipped_steps = 0
         # Bumped whenever the weights change (an optimizer step, a checkpoint load), so that a consumer
         # of the weights (the generation engine) can skip a hand-over of weights it already has.
@@ -233,6 +236,25 @@ class TrainEngine:
     @property
     def lr(self) -> float:
         return self.optimizer.param_groups[0]["lr"] if self.optimizer else 0.0
+
+    # -- learning-rate schedule: one step per training step (verl's), whatever the optimizer steps ---------
+    def set_lr_schedule(self, schedule: LRSchedule) -> None:
+        assert self.optimizer is not None, "this engine has no optimizer (a frozen model)"
+        self.lr_schedule = schedule
+        self._base_lrs = [group["lr"] for group in self.optimizer.param_groups]
+        self.set_lr_step(self.lr_step)
+
+    def set_lr_step(self, step: int) -> None:
+        """Put the schedule at ``step`` (a resume): the config's lr stays the base, whatever was saved."""
+        self.lr_step = step
+        if self.lr_schedule is not None and self.optimizer is not None:
+            factor = self.lr_schedule.factor(step)
+            for group, base in zip(self.optimizer.param_groups, self._base_lrs):
+                group["lr"] = base * factor
+
+    def advance_lr(self) -> None:
+        """After a training step's update: the next step's learning rate."""
+        self.set_lr_step(self.lr_step + 1)
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """The whole model on every rank (export, digests): not for the hand-over, see ``iter_full_weights``."""

@@ -204,7 +204,7 @@ class PPOTrainer:
         )
 
     # -- update --------------------------------------------------------------------------------
-    def _update(self, batch: Batch, timings: dict, metrics: dict) -> None:
+    def _update(self, step: int, batch: Batch, timings: dict, metrics: dict) -> None:
         self._update_started = True
         if self.roles.critic is not None:
             with self.monitor.phase("update_critic", timings):
@@ -212,6 +212,8 @@ class PPOTrainer:
                     tensor_keys=FORWARD_KEYS + ["values", "returns"], non_tensor_keys=[], meta_keys=["seed"]
                 )
                 metrics.update(_mean_over_ranks(self.roles.critic.update_critic(critic_in)))
+        if step < self.cfg.trainer.critic_warmup:  # verl's: the critic learns alone for the first steps
+            return
         with self.monitor.phase("update_actor", timings):
             keys = FORWARD_KEYS + ["old_log_probs", "advantages"]
             if self.cfg.actor_rollout_ref.actor.use_kl_loss:
@@ -236,7 +238,7 @@ class PPOTrainer:
             self._evaluate(batch, timings)
             with self.monitor.phase("adv", timings):
                 self._advantages(batch, metrics)
-            self._update(batch, timings, metrics)
+            self._update(step, batch, timings, metrics)
             if validate and self.val_dataset is not None:
                 with self.monitor.phase("validation", timings):
                     metrics.update(self.validate(step))

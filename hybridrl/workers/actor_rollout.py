@@ -40,7 +40,9 @@ class ActorRolloutRole(EngineRole):
         ctx: WorkerContext,
         *,
         max_response_length: int,
+        total_steps: int = 1,
     ) -> None:
+        """``total_steps``: the run's training steps, the learning-rate schedule's length."""
         self.ctx = ctx
         self.actor_cfg = actor
         self.rollout_cfg = rollout
@@ -67,6 +69,7 @@ class ActorRolloutRole(EngineRole):
             optimizer_offload=actor.fsdp.optimizer_offload,
             remove_padding=model.use_remove_padding,
             fused_kernels=model.use_fused_kernels,
+            total_steps=total_steps,
         )
         # The generation copy is allocated empty in its own dtype and filled by the first hand-over.
         self.rollout_dtype = rollout_dtype(rollout.dtype, actor.precision, ctx.device)
@@ -86,7 +89,14 @@ class ActorRolloutRole(EngineRole):
     @classmethod
     def from_config(cls, cfg: Config, ctx: WorkerContext) -> ActorRolloutRole:
         arr = cfg.actor_rollout_ref
-        return cls(arr.model, arr.actor, arr.rollout, ctx, max_response_length=cfg.data.max_response_length)
+        return cls(
+            arr.model,
+            arr.actor,
+            arr.rollout,
+            ctx,
+            max_response_length=cfg.data.max_response_length,
+            total_steps=cfg.trainer.total_steps,
+        )
 
     # -- rollout -------------------------------------------------------------------------------
     def sync_weights(self) -> None:

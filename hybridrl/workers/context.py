@@ -12,6 +12,7 @@ from hybridrl.config.schema import RewardModelConfig, TrainedRoleConfig
 from hybridrl.models.weights import WeightSource
 from hybridrl.parallel.engine import TrainEngine
 from hybridrl.parallel.factory import make_engine
+from hybridrl.parallel.lr_schedule import LRSchedule
 from hybridrl.parallel.offload import Offloader
 from hybridrl.workers.tracing import SpanRecorder
 
@@ -67,9 +68,11 @@ def build_engine(
     optimizer_offload: bool = False,
     remove_padding: bool = False,
     fused_kernels: bool = False,
+    total_steps: int = 1,
 ) -> tuple[TrainEngine, Offloader]:
     """A role's engine from its empty ``model`` (sharded, then filled from ``weights``), and the offloader
-    that keeps it in host memory between the role's phases (the role offloads it once it is ready)."""
+    that keeps it in host memory between the role's phases (the role offloads it once it is ready). A
+    trained role's learning rate follows its ``optim`` schedule over ``total_steps`` training steps."""
     engine = make_engine(
         model,
         section,
@@ -83,6 +86,8 @@ def build_engine(
     )
     if not train:
         engine.model.eval()
+    elif isinstance(section, TrainedRoleConfig):
+        engine.set_lr_schedule(LRSchedule.from_config(section.optim, total_steps))
     offload = Offloader(
         engine.model,
         engine.optimizer,

@@ -18,8 +18,11 @@ from hybridrl.workers.forward import MicroBatching, forward_rows, ppo_update, re
 
 
 class CriticRole(EngineRole):
-    def __init__(self, cfg: CriticConfig, ctx: WorkerContext, *, n: int, trust_remote_code: bool, seed: int) -> None:
-        """``n``: samples per prompt (the mini-batch is counted in prompts); ``seed``: the value head's."""
+    def __init__(
+        self, cfg: CriticConfig, ctx: WorkerContext, *, n: int, trust_remote_code: bool, seed: int, total_steps: int = 1
+    ) -> None:
+        """``n``: samples per prompt (the mini-batch is counted in prompts); ``seed``: the value head's;
+        ``total_steps``: the learning-rate schedule's length."""
         self.cfg = cfg
         self.n = n
         self.ctx = ctx
@@ -43,6 +46,7 @@ class CriticRole(EngineRole):
             param_offload=cfg.fsdp.param_offload,
             optimizer_offload=cfg.fsdp.optimizer_offload,
             remove_padding=cfg.model.use_remove_padding,
+            total_steps=total_steps,
         )
         self.offload.offload()
 
@@ -54,6 +58,7 @@ class CriticRole(EngineRole):
             n=cfg.actor_rollout_ref.rollout.n,
             trust_remote_code=cfg.critic.model.trust_remote_code,
             seed=cfg.trainer.seed,
+            total_steps=cfg.trainer.total_steps,
         )
 
     def compute_values(self, batch: Batch) -> Batch | None:

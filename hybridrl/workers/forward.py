@@ -186,7 +186,8 @@ def ppo_update(
             row[f"{prefix}/grad_norm"] = engine.step(cfg.grad_clip)
             rows.append(row)
     out = mean_metrics(rows)
-    out[f"{prefix}/lr"] = engine.lr
+    out[f"{prefix}/lr"] = engine.lr  # the rate this step's updates used
+    engine.advance_lr()
     out[f"{prefix}/skipped_steps"] = float(engine.skipped_steps)
     if engine.loss_scaler is not None:
         out[f"{prefix}/loss_scale"] = engine.loss_scaler.scale

@@ -173,7 +173,7 @@ class Worker:
         for name, role in self._trainable().items():
             assert role.engine.optimizer is not None
             with role.offload.resident(optimizer=True):
-                save_engine(role.engine.model, role.engine.optimizer, directory / name)
+                save_engine(role.engine.model, role.engine.optimizer, directory / name, role.engine.lr_step)
         actor = self.roles.get("actor_rollout")
         if isinstance(actor, ActorRolloutRole) and self.rank == 0:
             actor.save_hf_metadata(str(directory / "actor_rollout" / "hf"))
@@ -183,7 +183,10 @@ class Worker:
         for name, role in self._trainable().items():
             assert role.engine.optimizer is not None
             with role.offload.resident(optimizer=True):
-                load_engine(role.engine.model, role.engine.optimizer, directory / name, self.rank, self.world_size)
+                lr_step = load_engine(
+                    role.engine.model, role.engine.optimizer, directory / name, self.rank, self.world_size
+                )
+            role.engine.set_lr_step(lr_step)  # the config's lr is the base; the saved one is not
             role.engine.weights_version += 1  # new weights: the next generate hands them over
         if not load_rng(directory / "rng", f"{'+'.join(self.role_names)}_rank_{self.rank}"):
             logger.warning(

@@ -32,6 +32,14 @@ SMALL = [
     "trainer.ray.include_dashboard=false",
     "trainer.logger=[jsonl]",
     "actor_rollout_ref.actor.shuffle=true",
+    # Schedules whose state must survive a resume: the actor waits for the critic, warms up, then decays.
+    "trainer.critic_warmup=2",
+    "actor_rollout_ref.actor.optim.lr_warmup_steps=2",
+    "actor_rollout_ref.actor.optim.lr_scheduler_type=cosine",
+    "actor_rollout_ref.actor.optim.min_lr_ratio=0.1",
+    "actor_rollout_ref.actor.optim.total_training_steps=4",
+    "critic.optim.lr_warmup_steps_ratio=0.5",
+    "critic.optim.total_training_steps=4",
 ]
 
 
@@ -55,6 +63,14 @@ def full(tmp_path_factory):
     out = tmp_path_factory.mktemp("resume") / "full"
     run(load_config(SMALL + [f"trainer.output_dir={out}", "trainer.total_steps=4"]))
     return out
+
+
+def test_schedules_follow_verl(full):
+    rows = [json.loads(line) for line in (full / "metrics.jsonl").read_text().splitlines()]
+    lr = 1e-3  # the default optim.lr of both roles
+    assert "actor/lr" not in rows[0]  # critic_warmup=2: the actor first learns at step 2
+    assert [r["actor/lr"] for r in rows[1:]] == pytest.approx([0.0, lr / 2, lr])  # 2 warm-up steps, then cosine
+    assert [r["critic/lr"] for r in rows] == pytest.approx([0.0, lr / 2, lr, lr])  # 0.5 x 4 warm-up steps
 
 
 def test_stop_resume_matches_uninterrupted_run(full, tmp_path):
