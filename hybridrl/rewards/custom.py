@@ -4,7 +4,7 @@ The file needs a function with verl's signature::
 
     def compute_score(data_source: str, solution_str: str, ground_truth, extra_info: dict | None = None):
         ...
-        return 1.0  # a finite float (or a dict with a "score" key, as verl allows)
+        return 1.0  # a finite float, or a dict with a "score" key whose other numeric keys become metrics
 
 ``data_source`` is the row's ``data_source`` column, ``solution_str`` the decoded response,
 ``ground_truth`` the row's ``reward_model.ground_truth`` and ``extra_info`` the row's ``extra_info``
@@ -199,9 +199,7 @@ class CustomRewardFn:
             )
         else:
             result = self._fn(data_source, solution_str, ground_truth, extra_info)
-        if isinstance(result, dict) and "score" in result:  # verl lets reward fns return extra info
-            return result["score"]
-        return result
+        return result  # a number, or verl's dict with a "score" key and extra metrics (``score_sample``)
 
     def __repr__(self) -> str:
         return f"CustomRewardFn(path={self.path!r}, name={self.name!r})"

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from hybridrl.rewards.registry import RewardError, RewardFn, function_name, score_one
+from hybridrl.rewards.registry import RewardError, RewardFn, Scored, function_name, score_sample
 
 logger = logging.getLogger(__name__)
 
@@ -126,9 +126,9 @@ class RewardProcesses:
         )
         child.running = index
 
-    def score(self, samples: Sequence[Sample]) -> list[float | RewardError]:
+    def score(self, samples: Sequence[Sample]) -> list[Scored | RewardError]:
         """Each sample's score, or the RewardError that says why it has none; never raises for one sample."""
-        results: list[float | RewardError | None] = [None] * len(samples)
+        results: list[Scored | RewardError | None] = [None] * len(samples)
         queue = deque(range(len(samples)))
         for i, child in enumerate(self._children):  # one that died between batches (killed from outside)
             if child.proc.poll() is not None:
@@ -164,12 +164,12 @@ class RewardProcesses:
                     self._children[self._children.index(child)] = replacement = _Child()
                     idle.append(replacement)
                     continue
-                results[index] = RewardError(error) if error is not None else float(value)
+                results[index] = RewardError(error) if error is not None else value
                 child.running = None
                 idle.append(child)
         return [r if r is not None else RewardError("not scored") for r in results]
 
-    def _time_out(self, samples: Sequence[Sample], results: list[float | RewardError | None]) -> None:
+    def _time_out(self, samples: Sequence[Sample], results: list[Scored | RewardError | None]) -> None:
         """The batch's deadline passed: the samples still running are the slow ones; their processes go."""
         for i, child in enumerate(self._children):
             if child.running is None:
@@ -218,7 +218,7 @@ def _serve(inbox: Connection, outbox: Connection) -> None:
                     raise RewardError(
                         f"Loading the reward function in its process failed: {type(exc).__name__}: {exc}"
                     ) from None
-            outbox.send((index, score_one(fns[key], index, data_source, response, ground_truth, extra_info), None))
+            outbox.send((index, score_sample(fns[key], index, data_source, response, ground_truth, extra_info), None))
         except RewardError as exc:
             outbox.send((index, None, str(exc)))
 

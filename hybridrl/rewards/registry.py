@@ -37,10 +37,20 @@ def function_name(fn: RewardFn) -> str:
     return str(getattr(fn, "__qualname__", repr(fn)))
 
 
-def score_one(
+Scored = tuple[float, dict[str, float]]  # the score, and the numeric extra keys of a dict return (verl's)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def score_sample(
     fn: RewardFn, index: int, data_source: str, response: str, ground_truth: Any, extra_info: Any = None
-) -> float:
-    """One sample's score; a failure names the function and the sample instead of scoring 0."""
+) -> Scored:
+    """One sample's score and extras; a failure names the function and the sample instead of scoring 0.
+
+    As in verl, a function may return ``{"score": s, "acc": ..., ...}``: the other numeric (or boolean)
+    values become per-sample metrics; non-numeric ones are dropped."""
     name = function_name(fn)
     try:
         value = fn(data_source, response, ground_truth, extra_info)
@@ -49,12 +59,23 @@ def score_one(
             f"Reward function {name} raised on sample {index} (data_source={data_source!r}, "
             f"response={response!r}): {type(exc).__name__}: {exc}"
         ) from exc
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    extras: dict[str, float] = {}
+    if isinstance(value, dict) and "score" in value:
+        extras = {str(k): float(v) for k, v in value.items() if k != "score" and (_number(v) or isinstance(v, bool))}
+        value = value["score"]
+    if not _number(value):
         raise RewardError(
             f"Reward function {name} returned {value!r} for sample {index} "
-            f"(data_source={data_source!r}); it must return a finite float."
+            f"(data_source={data_source!r}); it must return a finite float (or a dict with a 'score' key)."
         )
-    return float(value)
+    return float(value), extras
+
+
+def score_one(
+    fn: RewardFn, index: int, data_source: str, response: str, ground_truth: Any, extra_info: Any = None
+) -> float:
+    """One sample's score (``score_sample`` without the extras)."""
+    return score_sample(fn, index, data_source, response, ground_truth, extra_info)[0]
 
 
 def score_batch(

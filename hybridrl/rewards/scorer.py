@@ -3,15 +3,24 @@
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Collection
+from dataclasses import dataclass
 from typing import Any
 
 from hybridrl.config.schema import Config
 from hybridrl.rewards.custom import load_reward_fn
 from hybridrl.rewards.processes import RewardProcesses, Sample
-from hybridrl.rewards.registry import RewardError, RewardFn, get_reward_fn, score_one
+from hybridrl.rewards.registry import RewardError, RewardFn, Scored, get_reward_fn, score_sample
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass
+class ScoredBatch:
+    scores: list[float]
+    failed: int  # samples scored as failed (on_error="fail")
+    extras: dict[str, list[float]]  # a dict return's other keys, per sample (NaN where a sample lacks one)
 
 
 class RewardScorer:
@@ -47,13 +56,13 @@ class RewardScorer:
         r = cfg.reward
         return cls(custom, str(r.on_error), r.failure_score, r.num_workers, r.timeout_s)
 
-    def _outcomes(self, samples: list[Sample]) -> list[float | RewardError]:
+    def _outcomes(self, samples: list[Sample]) -> list[Scored | RewardError]:
         if self.processes is not None:
             return self.processes.score(samples)
-        outcomes: list[float | RewardError] = []
+        outcomes: list[Scored | RewardError] = []
         for i, s in enumerate(samples):
             try:
-                outcomes.append(score_one(s.fn, i, s.data_source, s.response, s.ground_truth, s.extra_info))
+                outcomes.append(score_sample(s.fn, i, s.data_source, s.response, s.ground_truth, s.extra_info))
             except RewardError as exc:
                 outcomes.append(exc)
         return outcomes
@@ -64,11 +73,11 @@ class RewardScorer:
         responses: Collection[str],
         ground_truths: Collection[Any],
         extra_infos: Collection[Any] | None = None,
-    ) -> tuple[list[float], int]:
-        """Scores and the number of samples that failed (0 unless on_error="fail")."""
+    ) -> ScoredBatch:
+        """Each sample's score (``failure_score`` for a failed one with on_error="fail") and extras."""
         extra_infos = extra_infos if extra_infos is not None else [None] * len(responses)
         rows = list(zip(data_sources, responses, ground_truths, extra_infos))
-        outcomes: dict[int, float | RewardError | ValueError] = {}
+        outcomes: dict[int, Scored | RewardError | ValueError] = {}
         samples: dict[int, Sample] = {}
         for i, (source, response, truth, extra) in enumerate(rows):
             try:
@@ -76,21 +85,23 @@ class RewardScorer:
             except ValueError as exc:  # a data_source with no function
                 outcomes[i] = exc
         outcomes.update(zip(samples, self._outcomes(list(samples.values()))))
-        scores: list[float] = []
-        failed = 0
+        result = ScoredBatch([], 0, {})
         for i in range(len(rows)):
             outcome = outcomes[i]
-            if isinstance(outcome, float):
-                scores.append(outcome)
+            if isinstance(outcome, tuple):
+                score, extras = outcome
+                for key, value in extras.items():
+                    result.extras.setdefault(key, [math.nan] * len(rows))[i] = value
+                result.scores.append(score)
                 continue
             if self.on_error == "raise":
                 raise outcome
-            failed += 1
-            scores.append(self.failure_score)
+            result.failed += 1
+            result.scores.append(self.failure_score)
             if self._warned < 5:  # the first few in full; the count is in the metrics
                 self._warned += 1
                 logger.warning("Reward failure scored as %s: %s", self.failure_score, outcome)
-        return scores, failed
+        return result
 
     def close(self) -> None:
         """Stop the scoring processes (a later ``score`` starts new ones)."""

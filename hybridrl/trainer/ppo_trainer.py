@@ -110,7 +110,7 @@ class PPOTrainer:
             batch.union(actor.generate(gen_in))
             metrics.update(RunMonitor.sub_span_timings(actor.last_results))
         with self.monitor.phase("reward", timings):
-            scores = self.reward(batch, metrics)
+            scores = self.reward(batch, metrics).scores
             batch.tensors["token_level_scores"] = _place_at_last_token(scores, batch.tensors["response_mask"])
         if self.estimator.needs_greedy_baseline:
             with self.monitor.phase("gen_max", timings):  # ReMax: the greedy response's reward is the baseline
@@ -119,7 +119,7 @@ class PPOTrainer:
                 greedy_in.meta = {"seed": seed, "sampling": greedy_sampling}
                 greedy = actor.generate(greedy_in)
                 greedy.non_tensors.update(prompts.select(tensor_keys=[], meta_keys=[]).non_tensors)
-                batch.tensors["reward_baselines"] = self.reward(greedy).repeat_interleave(n)
+                batch.tensors["reward_baselines"] = self.reward(greedy).scores.repeat_interleave(n)
         return batch
 
     def _rollout(self, step: int, timings: dict, metrics: dict) -> Batch:

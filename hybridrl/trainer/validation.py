@@ -7,6 +7,7 @@ A few generations per validation are saved to ``<output_dir>/val_generations/ste
 from __future__ import annotations
 
 import json
+import math
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ def run_validation(
     sampling = val_kwargs.sampling()
     chunk = max(1, cfg.data.train_batch_size)
     batches = []
+    extras: list[dict[str, torch.Tensor]] = []
     for start in range(0, len(dataset), chunk):
         prompts = dataset.collate(list(range(start, min(start + chunk, len(dataset)))))
         batch = prompts.repeat(n, interleave=True)
@@ -43,7 +45,9 @@ def run_validation(
         # A fixed seed per validation chunk: the same prompts get the same samples at every step's validation.
         gen_in.meta = {"seed": validation_seed(cfg.trainer.seed, start), "sampling": sampling}
         batch.union(actor.generate(gen_in))
-        batch.tensors["scores"] = reward(batch)
+        rewards = reward(batch)
+        batch.tensors["scores"] = rewards.scores
+        extras.append(rewards.extras)
         batches.append(batch.select(tensor_keys=["scores"], meta_keys=[]))
     merged = Batch.concat(batches)
     scores = merged.tensors["scores"].view(-1, n)  # (prompts, n)
@@ -51,13 +55,21 @@ def run_validation(
     by_source: dict[str, list[int]] = defaultdict(list)
     for i, source in enumerate(sources):
         by_source[str(source)].append(i)
+    # A reward function's extra keys (verl's dict return, e.g. "acc"), NaN for samples without them.
+    extra_values = {
+        key: torch.cat([e.get(key, torch.full((len(b),), math.nan)) for e, b in zip(extras, batches)]).view(-1, n)
+        for key in sorted({k for e in extras for k in e})
+    }
     metrics: dict[str, float] = {}
     for source, rows in sorted(by_source.items()):
-        s = scores[torch.tensor(rows)]
+        index = torch.tensor(rows)
+        s = scores[index]
         metrics[f"val-core/{source}/reward/mean@{n}"] = float(s.mean())
         if n > 1:
             metrics[f"val-aux/{source}/reward/best@{n}/mean"] = float(s.max(dim=1).values.mean())
             metrics[f"val-aux/{source}/reward/worst@{n}/mean"] = float(s.min(dim=1).values.mean())
+        for key, values in extra_values.items():
+            metrics[f"val-core/{source}/{key}/mean@{n}"] = float(values[index].nanmean())
     if output_dir is not None and cfg.trainer.val_generations_to_log > 0:
         _save_generations(merged, cfg.trainer.val_generations_to_log, step, output_dir)
     return metrics

@@ -4,7 +4,7 @@ import textwrap
 import pytest
 
 from hybridrl.rewards.custom import CustomRewardError, check_reward_file, load_reward_fn
-from hybridrl.rewards.registry import REWARD_FNS, RewardError, register_reward, score_batch
+from hybridrl.rewards.registry import REWARD_FNS, RewardError, register_reward, score_batch, score_sample
 
 
 def write(tmp_path, body, name="my_reward.py"):
@@ -40,7 +40,9 @@ def test_other_name_positional_only_kwargs_and_dict_result(tmp_path):
     """,
     )
     assert load_reward_fn(path, name="positional")("s", "r", "g", None) == 1.0
-    assert load_reward_fn(path, name="with_kwargs")("s", "r", "g", None) == 2.0
+    fn = load_reward_fn(path, name="with_kwargs")
+    assert fn("s", "r", "g", None) == {"score": 2.0, "acc": True}  # verl's dict, kept whole
+    assert score_sample(fn, 0, "s", "r", "g") == (2.0, {"acc": 1.0})  # extra numbers become metrics
 
 
 def test_keyword_call_when_names_match(tmp_path):

@@ -26,6 +26,8 @@ MISBEHAVING = """
             raise KeyError("no answer")
         if solution_str == "none":
             return None
+        if solution_str == "dict":
+            return {"score": 0.25, "acc": True, "note": "text is dropped"}
         return float(solution_str == ground_truth)
 """
 
@@ -42,7 +44,8 @@ def scorer(reward_file, on_error="raise", num_workers=2, timeout_s=60.0):
 
 
 def score(s, responses):
-    return s.score(["src"] * len(responses), responses, ["42"] * len(responses))
+    scored = s.score(["src"] * len(responses), responses, ["42"] * len(responses))
+    return scored.scores, scored.failed
 
 
 def test_scores_match_the_in_process_scorer_in_order(reward_file):
@@ -104,5 +107,16 @@ def test_a_function_that_cannot_travel_is_named():
     try:
         with pytest.raises(RewardError, match=r"cannot be sent to the reward processes .* reward.num_workers=0"):
             score(s, ["42"])
+    finally:
+        s.close()
+
+
+def test_dict_returns_carry_extra_metrics_from_the_processes(reward_file):
+    s = scorer(reward_file, num_workers=1)
+    try:
+        scored = s.score(["src"] * 3, ["dict", "42", "dict"], ["42"] * 3)
+        assert scored.scores == [0.25, 1.0, 0.25] and list(scored.extras) == ["acc"]
+        assert scored.extras["acc"][0] == 1.0 and scored.extras["acc"][2] == 1.0
+        assert scored.extras["acc"][1] != scored.extras["acc"][1]  # NaN: that sample returned a number
     finally:
         s.close()

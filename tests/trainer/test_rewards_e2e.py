@@ -31,7 +31,8 @@ FLAKY_REWARD = """
 def compute_score(data_source, solution_str, ground_truth, extra_info=None):
     if solution_str.startswith("0"):
         raise ValueError("cannot score a leading zero")
-    return float(solution_str[:1] == ground_truth[:1])
+    hit = solution_str[:1] == ground_truth[:1]
+    return {"score": float(hit), "acc": hit, "first_char": solution_str[:1]}  # verl's dict, extras as metrics
 """
 
 RAISES_ON_STEP_2 = """
@@ -66,10 +67,14 @@ def test_reward_model_pool_and_custom_reward_with_failures_counted(tmp_path):
                 f"custom_reward_function.path={reward_file}",
                 "reward.on_error=fail",
                 "reward.failure_score=-1.0",
+                "trainer.test_freq=2",
+                "actor_rollout_ref.rollout.val_kwargs.n=2",
             ]
         )
     )
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert all(0 <= r["reward/acc/mean"] <= 1 for r in rows) and not any("first_char" in k for k in rows[-1])
+    assert 0 <= rows[-1]["val-core/copy/acc/mean@2"] <= 1  # as verl names a dict's extra keys
     assert all("reward_model/score/mean" in r for r in rows)
     assert all(r["perf/reward_model/peak_rss_gb"] > 0 for r in rows)  # the reward model's own group
     assert sum(r["reward/failed"] for r in rows) > 0
