@@ -6,10 +6,11 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any, cast
 
 import yaml
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
 from hybridrl.config.choices import Strategy
@@ -47,24 +48,59 @@ def _closest(key: str, valid: Iterable[str]) -> str:
 _ENUM_ERROR = re.compile(r"Invalid value '(?P<value>.*)', expected one of \[(?P<valid>.*)\]")
 
 
-def _bad_value(exc: ValidationError) -> str:
+def _bad_value(exc: ValidationError | OmegaConfBaseException) -> str:
     """One line naming the key: a closed set (an enum in the schema) lists its values."""
-    first = (exc.msg or str(exc)).splitlines()[0]
+    first = (getattr(exc, "msg", None) or str(exc)).splitlines()[0]
     match = _ENUM_ERROR.match(first)
+    key = getattr(exc, "full_key", None)
     if match:
-        return f"{exc.full_key}={match['value']!r} is not valid; choose one of: {match['valid']}."
-    return f"Bad value for config key '{exc.full_key}': {first}"
+        return f"{key}={match['value']!r} is not valid; choose one of: {match['valid']}."
+    if key is None:  # omegaconf names no key when a whole section gets a scalar (data=3)
+        return f"Bad value for a config section: {first}. A section takes a mapping of its keys."
+    return f"Bad value for config key '{key}': {first}"
 
 
-def _parse_overrides(overrides: Iterable[str]) -> DictConfig:
-    overrides = list(overrides)
+_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_0-9][A-Za-z0-9_]*)*")
+
+
+def _parse_overrides(overrides: Iterable[str]) -> tuple[DictConfig, list[str]]:
+    """The ``key=value`` overrides as one layer, and the keys of Hydra's ``~key`` (back to the default).
+    Hydra's ``+key=value`` and ``++key=value`` mean ``key=value`` here: every key already exists."""
+    pairs, removed = [], []
     for item in overrides:
-        if "=" not in item or item.startswith("="):
+        if item.startswith("--"):
+            raise ConfigError(
+                f"'{item}' is not an override: options come first (--config FILE, then key=value overrides); "
+                f"see `hybridrl config show` for every key."
+            )
+        if item.startswith("~") and "=" not in item:
+            removed.append(item[1:])
+            continue
+        item = item.lstrip("+")
+        key, sep, value = item.partition("=")
+        if not sep or not _KEY.fullmatch(key):
             raise ConfigError(f"Override '{item}' is not of the form key=value (e.g. trainer.total_steps=20).")
-    try:
-        return OmegaConf.from_dotlist(overrides)
-    except OmegaConfBaseException as exc:
-        raise ConfigError(f"Could not parse overrides {overrides}: {exc}") from None
+        try:
+            pairs.append(OmegaConf.from_dotlist([item]))
+        except (OmegaConfBaseException, yaml.YAMLError) as exc:
+            detail = " ".join(str(getattr(exc, "problem", None) or exc).split())
+            raise ConfigError(f"Override {item}: the value is not valid YAML ({detail}); quote it.") from None
+    for key in removed:
+        if not _KEY.fullmatch(key):
+            raise ConfigError(f"Override '~{key}' does not name a config key (e.g. ~trainer.logger).")
+    return cast(DictConfig, OmegaConf.merge(*pairs)) if pairs else OmegaConf.create({}), removed
+
+
+def _lists_from_scalars(layer: DictConfig, schema: DictConfig, prefix: str = "") -> None:
+    """A single value where the schema has a list is that one-element list, as verl accepts
+    (``trainer.logger=console``)."""
+    for key, value in list(layer.items_ex(resolve=False)):
+        path = f"{prefix}{key!s}"
+        target = OmegaConf.select(schema, path, default=None, throw_on_missing=False)
+        if isinstance(value, DictConfig) and isinstance(target, DictConfig):
+            _lists_from_scalars(value, schema, path + ".")
+        elif isinstance(target, ListConfig) and not isinstance(value, ListConfig) and value is not None:
+            layer[key] = [value]
 
 
 STRATEGY_SECTIONS = ("actor_rollout_ref.actor", "critic")
@@ -117,7 +153,19 @@ def _move_seed_parallel_config(layer: DictConfig) -> DictConfig:
 def _read_yaml(path: str) -> DictConfig:
     """A user's config file as one mapping of sections, or a one-line error with the line at fault."""
     try:
-        loaded = OmegaConf.load(path)
+        # The type first: given a scalar, omegaconf would read the text again as a key ("x" -> {x: null}).
+        raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        if raw is not None and not isinstance(raw, dict):
+            kinds: dict[type, str] = {list: "a list", str: "a string", int: "a number", float: "a number"}
+            kind = kinds.get(type(raw), "a scalar")
+            raise ConfigError(
+                f"Config file {path} holds {kind}, not a mapping of sections (data:, actor_rollout_ref:, trainer:, ...)."
+            )
+        loaded = OmegaConf.load(path)  # again, for its check of duplicate keys
+    except UnicodeDecodeError:
+        raise ConfigError(f"Config file {path} is not UTF-8 text: give a YAML file.") from None
+    except IsADirectoryError:
+        raise ConfigError(f"Config file {path} is a directory: give a YAML file.") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
@@ -125,12 +173,7 @@ def _read_yaml(path: str) -> DictConfig:
         raise ConfigError(f"Config file {path} is not valid YAML{where}: {problem}.") from None
     except (OSError, OmegaConfBaseException) as exc:
         raise ConfigError(f"Could not read config file {path}: {str(exc).splitlines()[0]}") from None
-    if not isinstance(loaded, DictConfig):
-        raise ConfigError(
-            f"Config file {path} holds a {type(loaded).__name__.removesuffix('Config').lower()}, not a mapping of "
-            f"sections (data:, actor_rollout_ref:, trainer:, ...)."
-        )
-    return loaded
+    return cast(DictConfig, loaded)
 
 
 def load_config(overrides: Iterable[str] = (), yaml_path: str | None = None) -> Config:
@@ -142,27 +185,66 @@ def load_config(overrides: Iterable[str] = (), yaml_path: str | None = None) -> 
     layers: list[DictConfig] = []
     if yaml_path is not None:
         layers.append(_read_yaml(yaml_path))
-    layers.append(_parse_overrides(overrides))
+    overrides_layer, removed = _parse_overrides(overrides)
+    layers.append(overrides_layer)
     layers = [_normalize_seed_strategy(layer) for layer in layers]
+    for key in removed:  # Hydra's ~key: what the user layers set for it goes, so the default holds
+        if OmegaConf.select(schema, key, default=_ABSENT) is _ABSENT:
+            raise ConfigError(_unknown_key(key, schema))
+        parent, _, leaf = key.rpartition(".")
+        for layer in layers:
+            node = OmegaConf.select(layer, parent, default=None) if parent else layer
+            if isinstance(node, DictConfig) and leaf in node:
+                del node[leaf]
     cfg = schema
     for layer in layers:
+        _lists_from_scalars(layer, schema)
         try:
             cfg = OmegaConf.merge(cfg, layer)
         except ConfigKeyError as exc:
-            key = exc.full_key or str(exc.key)
-            hint = _closest(key, _leaf_keys(schema))
-            raise ConfigError(f"Unknown config key '{key}'.{hint}") from None
-        except ValidationError as exc:
+            raise ConfigError(_unknown_key(exc.full_key or str(exc.key), schema)) from None
+        except (ValidationError, OmegaConfBaseException) as exc:
             raise ConfigError(_bad_value(exc)) from None
-    missing = sorted(OmegaConf.missing_keys(cfg))
-    if missing:
-        raise ConfigError(f"Config keys without a value: {', '.join(missing)}.")
+        except TypeError as exc:  # omegaconf names no key when a list meets a mapping
+            raise ConfigError(_incompatible(layer, schema, exc)) from None
     try:  # resolves interpolations such as trainer.output_dir's
+        missing = sorted(OmegaConf.missing_keys(cfg))
+        if missing:
+            raise ConfigError(f"Config keys without a value: {', '.join(missing)}.")
         typed = cast(Config, OmegaConf.to_object(cfg))
     except OmegaConfBaseException as exc:
-        raise ConfigError(f"Could not resolve the config: {exc}") from None
+        detail = " ".join(str(getattr(exc, "msg", None) or exc).split("\n")[0].split())
+        raise ConfigError(f"Could not resolve config key '{getattr(exc, 'full_key', None)}': {detail}.") from None
     validate(typed)
     return typed
+
+
+_ABSENT = object()
+
+
+def _incompatible(layer: DictConfig, schema: DictConfig, exc: TypeError) -> str:
+    """Find the key whose value omegaconf could not merge (it does not say), by merging leaf by leaf."""
+    for key in _leaf_keys(layer):
+        value = OmegaConf.select(layer, key, throw_on_resolution_failure=False)
+        if isinstance(value, DictConfig):
+            continue
+        try:
+            OmegaConf.merge(schema, OmegaConf.from_dotlist([]), _at(key, value))
+        except (TypeError, OmegaConfBaseException):
+            kind = "a list" if isinstance(value, ListConfig) else "a value"
+            return f"Bad value for config key '{key}': {kind} where the schema has a mapping ({exc})."
+    return f"Bad value in the config: {exc}."
+
+
+def _at(key: str, value: Any) -> DictConfig:
+    node: Any = value
+    for part in reversed(key.split(".")):
+        node = {part: node}
+    return OmegaConf.create(node)
+
+
+def _unknown_key(key: str, schema: DictConfig) -> str:
+    return f"Unknown config key '{key}'.{_closest(key, _leaf_keys(schema))}"
 
 
 def to_dict(cfg: Config) -> dict[str, Any]:

@@ -230,7 +230,7 @@ class RolloutConfig:
     n: int = doc(4, "responses sampled per prompt")
     do_sample: bool = doc(True, "false = greedy")
     temperature: float = doc(1.0, "sampling temperature (> 0)")
-    top_k: int = doc(0, "0 = off")
+    top_k: int = doc(0, "0 or -1 (verl's) = off")
     top_p: float = doc(1.0, "nucleus sampling; 1.0 = off")
     log_prob_micro_batch_size_per_gpu: int = doc(64, "sequences per forward when computing old log-probs")
     log_prob_use_dynamic_bsz: bool = doc(False, "old log-probs: micro-batches of log_prob_max_token_len_per_gpu tokens")

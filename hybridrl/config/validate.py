@@ -9,26 +9,22 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-import os
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from hybridrl.algorithms.advantages import ADV_ESTIMATORS, get_adv_estimator
 from hybridrl.algorithms.losses import LOSS_AGG_MODES, POLICY_LOSSES
 from hybridrl.config.choices import Precision, Strategy
-from hybridrl.config.errors import ConfigError
+from hybridrl.config.errors import fail as _fail
+from hybridrl.config.paths import check_paths
 from hybridrl.config.pools import ResourcePoolManager
+from hybridrl.config.ranges import check_ranges
 from hybridrl.config.roles import ROLE_SECTIONS, ROLES, active_roles, engine_section
 from hybridrl.config.schema import Config, TrainedRoleConfig
 from hybridrl.data.tasks import TASKS, make_task
 from hybridrl.parallel.layout import megatron_fit_errors
-from hybridrl.rewards.custom import CustomRewardError, check_reward_file
 
 logger = logging.getLogger(__name__)
-
-
-def _fail(msg: str) -> NoReturn:
-    raise ConfigError(msg)
 
 
 def _check_choices(cfg: Config) -> None:
@@ -52,69 +48,6 @@ def _check_choices(cfg: Config) -> None:
                 f"trainer.logger includes '{tracker}' but the {tracker} package is not installed: "
                 f"pip install 'hybridrl[{tracker}]', or remove it from trainer.logger."
             )
-
-
-def _check_positive(cfg: Config) -> None:
-    actor, critic, rollout = cfg.actor_rollout_ref.actor, cfg.critic, cfg.actor_rollout_ref.rollout
-    values = {
-        "data.train_batch_size": cfg.data.train_batch_size,
-        "data.train_size": cfg.data.train_size,
-        "data.max_prompt_length": cfg.data.max_prompt_length,
-        "data.max_response_length": cfg.data.max_response_length,
-        "trainer.total_steps": cfg.trainer.total_steps,
-        "actor_rollout_ref.rollout.n": rollout.n,
-        "actor_rollout_ref.actor.ppo_mini_batch_size": actor.ppo_mini_batch_size,
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": actor.ppo_micro_batch_size_per_gpu,
-        "actor_rollout_ref.actor.ppo_epochs": actor.ppo_epochs,
-        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": rollout.log_prob_micro_batch_size_per_gpu,
-        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": cfg.actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu,
-        "critic.ppo_mini_batch_size": critic.ppo_mini_batch_size,
-        "critic.ppo_micro_batch_size_per_gpu": critic.ppo_micro_batch_size_per_gpu,
-        "critic.ppo_epochs": critic.ppo_epochs,
-        "critic.forward_micro_batch_size_per_gpu": critic.forward_micro_batch_size_per_gpu,
-        "trainer.learning_check_window": cfg.trainer.learning_check_window,
-        "actor_rollout_ref.actor.optim.lr": actor.optim.lr,
-        "critic.optim.lr": critic.optim.lr,
-        "trainer.ray.connect_timeout_s": cfg.trainer.ray.connect_timeout_s,
-        "trainer.ray.start_timeout_s": cfg.trainer.ray.start_timeout_s,
-        "trainer.ray.call_timeout_s": cfg.trainer.ray.call_timeout_s,
-    }
-    for key, value in values.items():
-        if value <= 0:
-            _fail(f"{key}={value} must be positive.")
-    if cfg.trainer.save_freq == 0 or cfg.trainer.save_freq < -1:
-        _fail(f"trainer.save_freq={cfg.trainer.save_freq}: use a positive number of steps, or -1 for no checkpoints.")
-    if cfg.trainer.resume_mode == "resume_path" and not cfg.trainer.resume_from_path:
-        _fail("trainer.resume_mode=resume_path needs trainer.resume_from_path=<checkpoint dir>.")
-    if cfg.trainer.straggler_factor <= 1:
-        _fail(f"trainer.straggler_factor={cfg.trainer.straggler_factor} must be > 1 (a multiple of the median).")
-    for key, value in (
-        ("breakdown_interval", cfg.trainer.breakdown_interval),
-        ("cluster_stats_interval", cfg.trainer.cluster_stats_interval),
-        ("max_restarts", cfg.trainer.max_restarts),
-        ("critic_warmup", cfg.trainer.critic_warmup),
-        ("ray.liveness_timeout_s", cfg.trainer.ray.liveness_timeout_s),
-    ):
-        if value < 0:
-            _fail(f"trainer.{key}={value} must be >= 0.")
-    if not 0 <= cfg.algorithm.gamma <= 1 or not 0 <= cfg.algorithm.lam <= 1:
-        _fail(f"algorithm.gamma={cfg.algorithm.gamma} and algorithm.lam={cfg.algorithm.lam} must lie in [0, 1].")
-    if cfg.actor_rollout_ref.rollout.temperature <= 0:
-        _fail("actor_rollout_ref.rollout.temperature must be > 0 (use do_sample=false for greedy).")
-
-
-def _check_schedules(cfg: Config) -> None:
-    for section, optim in (
-        ("actor_rollout_ref.actor.optim", cfg.actor_rollout_ref.actor.optim),
-        ("critic.optim", cfg.critic.optim),
-    ):
-        if not 0 <= optim.lr_warmup_steps_ratio <= 1 or not 0 <= optim.min_lr_ratio <= 1:
-            _fail(
-                f"{section}.lr_warmup_steps_ratio={optim.lr_warmup_steps_ratio} and {section}.min_lr_ratio="
-                f"{optim.min_lr_ratio} must lie in [0, 1]."
-            )
-        if optim.num_cycles <= 0:
-            _fail(f"{section}.num_cycles={optim.num_cycles} must be positive (0.5 = one cosine decay).")
 
 
 def _check_batch_arithmetic(
@@ -210,8 +143,7 @@ def _check_algorithm(cfg: Config) -> None:
 
 def validate(cfg: Config) -> None:
     _check_choices(cfg)
-    _check_positive(cfg)
-    _check_schedules(cfg)
+    check_ranges(cfg)
     _check_algorithm(cfg)
     workers = _check_pools(cfg)
     replicas = _check_megatron(cfg, workers)
@@ -240,82 +172,23 @@ def validate(cfg: Config) -> None:
         )
     _check_sharding(cfg, workers)
     _check_token_budgets(cfg)
-    _check_output_dir(cfg.trainer.output_dir)
     for role in sorted(set(workers) - {"actor_rollout"}):
         if (prompts * n) % replicas[role]:
             _fail(
                 f"data.train_batch_size ({prompts}) x rollout.n ({n}) = {prompts * n} sequences cannot "
                 f"be split over the {replicas[role]} data-parallel replicas of role '{role}'."
             )
-    _check_data_and_rewards(cfg)
+    check_paths(cfg)
     try:
         task = make_task(cfg.data.task, **cfg.data.task_kwargs)
     except ValueError as exc:
-        _fail(str(exc))
+        _fail(f"data.task_kwargs={dict(cfg.data.task_kwargs)}: {exc}.")
     builtin = cfg.data.train_files is None
     if builtin and cfg.actor_rollout_ref.model.path is None and task.prompt_length() > cfg.data.max_prompt_length:
         _fail(
             f"data.max_prompt_length ({cfg.data.max_prompt_length}) is shorter than the "
             f"'{cfg.data.task}' prompts ({task.prompt_length()} tokens); raise it."
         )
-
-
-def _check_data_and_rewards(cfg: Config) -> None:
-    for key, paths in (("train_files", cfg.data.train_file_list()), ("val_files", cfg.data.val_file_list())):
-        for path in paths:
-            if not Path(path).is_file():
-                _fail(f"data.{key}: {path} does not exist (a verl-format parquet file is expected).")
-    if cfg.data.val_files is not None and cfg.data.train_files is None:
-        _fail("data.val_files is set but data.train_files is not; give both (or neither, for the built-in task).")
-    model = cfg.actor_rollout_ref.model
-    for key, directory in (("model.path", model.path), ("model.tokenizer_path", model.tokenizer_path)):
-        if directory is not None and not Path(directory).expanduser().is_dir():
-            _fail(
-                f"actor_rollout_ref.{key}: {directory} is not a directory; give a local Hugging Face model directory."
-            )
-    if cfg.critic.model.path is not None and not Path(cfg.critic.model.path).expanduser().is_dir():
-        _fail(f"critic.model.path: {cfg.critic.model.path} is not a directory.")
-    rm = cfg.reward_model
-    if rm.enable:
-        if rm.model.path is None or not Path(rm.model.path).expanduser().is_dir():
-            _fail(
-                f"reward_model.enable=true needs reward_model.model.path=<local sequence-classification model "
-                f"directory>; got {rm.model.path!r}."
-            )
-        if rm.max_length < 2 or rm.micro_batch_size_per_gpu < 1:
-            _fail(
-                f"reward_model.max_length ({rm.max_length}) must be >= 2 and "
-                f"reward_model.micro_batch_size_per_gpu ({rm.micro_batch_size_per_gpu}) >= 1."
-            )
-    if cfg.custom_reward_function.path:
-        try:
-            check_reward_file(cfg.custom_reward_function.path, cfg.custom_reward_function.name)
-        except CustomRewardError as exc:
-            _fail(f"custom_reward_function: {exc}")
-    if cfg.reward.num_workers < 0 or cfg.reward.timeout_s <= 0:
-        _fail(
-            f"reward.num_workers={cfg.reward.num_workers} must be >= 0 (0 = score in the driver) and "
-            f"reward.timeout_s={cfg.reward.timeout_s} > 0."
-        )
-    if cfg.trainer.test_freq == 0 or cfg.trainer.test_freq < -1:
-        _fail(f"trainer.test_freq={cfg.trainer.test_freq}: use a positive number of steps, or -1 for no validation.")
-    if cfg.actor_rollout_ref.rollout.val_kwargs.n < 1:
-        _fail(f"actor_rollout_ref.rollout.val_kwargs.n={cfg.actor_rollout_ref.rollout.val_kwargs.n} must be >= 1.")
-    if cfg.trainer.val_generations_to_log < 0:
-        _fail("trainer.val_generations_to_log must be >= 0.")
-
-
-def _check_output_dir(output_dir: str) -> None:
-    """The run directory can be made and written: its nearest existing ancestor is a writable directory."""
-    path = Path(output_dir)
-    for existing in (path, *path.parents):
-        if not existing.exists():
-            continue
-        if not existing.is_dir():
-            _fail(f"trainer.output_dir={output_dir}: {existing} is a file, not a directory; choose another path.")
-        if not os.access(existing, os.W_OK | os.X_OK):
-            _fail(f"trainer.output_dir={output_dir}: {existing} is not writable; choose another path.")
-        return
 
 
 def _check_token_budgets(cfg: Config) -> None:

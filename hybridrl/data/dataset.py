@@ -106,7 +106,7 @@ def build_datasets(data: DataConfig, tokenizer: Any) -> tuple[PromptDataset, Pro
         )
         return train, val
 
-    def load(files: list[str], what: str) -> PromptDataset:
+    def load(files: list[str], what: str, key: str) -> PromptDataset:
         examples, stats = load_parquet_examples(
             files,
             tokenizer,
@@ -122,8 +122,11 @@ def build_datasets(data: DataConfig, tokenizer: Any) -> tuple[PromptDataset, Pro
             stats["filtered_overlong"],
             stats["truncated"],
         )
+        if not examples:
+            why = f" ({stats['filtered_overlong']} overlong prompts filtered)" if stats["filtered_overlong"] else ""
+            raise ValueError(f"data.{key}={files} holds no prompts{why}: give parquet files with rows.")
         return PromptDataset(examples, tokenizer, data.max_prompt_length)
 
-    train = load(data.train_file_list(), "Training")
-    val = load(data.val_file_list(), "Validation") if data.val_files is not None else None
+    train = load(data.train_file_list(), "Training", "train_files")
+    val = load(data.val_file_list(), "Validation", "val_files") if data.val_files is not None else None
     return train, val

@@ -113,7 +113,7 @@ def _resolve(path: Path, name: str) -> tuple[Callable, str]:
     fn = getattr(module, name)
     if not callable(fn):
         raise CustomRewardError(
-            f"{name!r} in custom reward file {str(path)!r} is a {type(fn).__name__}, not a function; "
+            f"{name!r} in custom reward file {str(path)!r} is a value of type {type(fn).__name__}, not a function; "
             f"callables found: {_public_callables(module)}."
         )
     return fn, _call_mode(fn, path, name)

@@ -116,7 +116,7 @@ class HFRolloutEngine:
         torch.manual_seed(seed)
         try:
             sampling = (
-                dict(do_sample=True, temperature=temperature, top_k=top_k or None, top_p=top_p)
+                dict(do_sample=True, temperature=temperature, top_k=top_k if top_k > 0 else None, top_p=top_p)
                 if do_sample
                 else dict(do_sample=False, temperature=None, top_k=None, top_p=None)
             )

@@ -22,6 +22,7 @@ from hybridrl.cluster.liveness import start_board
 from hybridrl.cluster.role_clients import RoleClients, make_clients
 from hybridrl.cluster.worker_group import WorkerGroup
 from hybridrl.config.choices import Strategy
+from hybridrl.config.errors import ConfigError
 from hybridrl.config.loader import to_yaml
 from hybridrl.config.pools import ResourcePoolManager
 from hybridrl.config.roles import active_roles, engine_section
@@ -30,6 +31,7 @@ from hybridrl.data.dataset import PromptDataset, build_datasets
 from hybridrl.logging_utils import quiet_libraries
 from hybridrl.models.loader import load_tokenizer
 from hybridrl.models.tiny import ensure_tiny_model
+from hybridrl.rewards.registry import REWARD_FNS
 from hybridrl.rewards.scorer import RewardScorer
 from hybridrl.tracking import Tracker
 from hybridrl.tracking.breakdown import format_breakdown
@@ -66,6 +68,25 @@ def describe_strategy(cfg: Config, role: str, workers: int) -> str:
             + (f" {m.pp_schedule}" if m.pp_size > 1 else "")
         )
     return f"fsdp {section.fsdp.sharding_strategy}"  # the reward model is always FSDP
+
+
+def check_datasets(cfg: Config, dataset: PromptDataset, val_dataset: PromptDataset | None) -> None:
+    """What only the loaded data can tell, answered before Ray starts (workers take ~20 s to come up)."""
+    if len(dataset) < cfg.data.train_batch_size:
+        raise ConfigError(
+            f"data.train_batch_size={cfg.data.train_batch_size} is larger than the {len(dataset)} training prompts; "
+            f"lower it or give more data."
+        )
+    if cfg.custom_reward_function.path or (cfg.reward_model.enable and not cfg.reward_model.use_rule_reward):
+        return
+    sources = {e.data_source for d in (dataset, val_dataset) if d is not None for e in d.examples}
+    missing = sorted(str(s) for s in sources if s not in REWARD_FNS)
+    if missing:
+        raise ConfigError(
+            f"No reward function for data_source {missing} (built in: {sorted(REWARD_FNS)}): set "
+            f"custom_reward_function.path=<file.py> with a compute_score(data_source, solution_str, ground_truth, "
+            f"extra_info) function, as in verl."
+        )
 
 
 def build_groups(
@@ -182,6 +203,7 @@ def _run(cfg: Config, output_dir: Path, started: float) -> dict[str, Any]:
     model_path, tokenizer_path = prepare_model(cfg, output_dir)
     tokenizer = load_tokenizer(tokenizer_path, cfg.actor_rollout_ref.model.trust_remote_code)
     dataset, val_dataset = build_datasets(cfg.data, tokenizer)
+    check_datasets(cfg, dataset, val_dataset)
     checkpoints = CheckpointManager(output_dir / "checkpoints", cfg.trainer.max_ckpt_to_keep)
     checkpoints.remove_stale_temporaries()
     resume_from = resolve_resume(cfg.trainer.resume_mode, cfg.trainer.resume_from_path, checkpoints)

@@ -25,14 +25,26 @@ from hybridrl.trainer.run_lock import RunLockError
 
 logger = logging.getLogger("hybridrl")
 
+USAGE = """usage: python -m hybridrl.trainer.main_ppo [--config FILE.yaml] [key=value ...]
+
+Trains with PPO (or GRPO and friends, by algorithm.adv_estimator). With no arguments it runs the embedded
+default: a tiny model learns a copy task on a local Ray cluster. Overrides use dotted keys, as verl's:
+    trainer.total_steps=20 actor_rollout_ref.actor.optim.lr=1e-6 trainer.logger=[console,jsonl]
+(+key=value and ~key, Hydra's forms, work too). `hybridrl config show` prints every key with its default;
+docs/CONFIG.md says what each means.
+"""
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     setup_logging()
     argv = list(sys.argv[1:] if argv is None else argv)
     yaml_path = None
+    if argv and argv[0] in ("--help", "-h"):
+        sys.stdout.write(USAGE)
+        return 0
     if argv and argv[0] in ("--config", "-c"):
-        if len(argv) < 2:
-            logger.error("Config error: --config needs a YAML file path.")
+        if len(argv) < 2 or not argv[1] or "=" in argv[1]:
+            logger.error("Config error: --config needs a YAML file path, before the key=value overrides.")
             return 2
         yaml_path, argv = argv[1], argv[2:]
     try:
@@ -45,6 +57,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         result = run(cfg)
+    except ConfigError as exc:  # what only the loaded data can tell (checked before Ray starts)
+        logger.error("Config error: %s", exc)
+        return 2
     except KeyboardInterrupt:
         logger.error("Interrupted: workers and the local Ray cluster were shut down.")
         return 130

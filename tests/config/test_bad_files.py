@@ -20,7 +20,7 @@ from hybridrl.trainer.main_ppo import main
             "data:\n  train_batch_size: 4\n  train_batch_size: 8\n",
             r"not valid YAML at line 3, column 3: found duplicate key",
         ),
-        ("data: [\n", r"not valid YAML at line 2, column 1: did not find expected node content"),
+        ("data: [\n", r"not valid YAML at line 2, column 1: expected the node content"),
         ("- data\n- trainer\n", r"holds a list, not a mapping of sections"),
     ],
 )

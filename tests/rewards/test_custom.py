@@ -125,7 +125,9 @@ def test_missing_name_lists_callables(tmp_path):
 
 def test_not_callable(tmp_path):
     path = write(tmp_path, "compute_score = 3\n")
-    with pytest.raises(CustomRewardError, match=r"'compute_score' in .*my_reward\.py' is a int, not a function"):
+    with pytest.raises(
+        CustomRewardError, match=r"'compute_score' in .*my_reward\.py' is a value of type int, not a function"
+    ):
         load_reward_fn(path)
 
 
