@@ -17,6 +17,7 @@ from hybridrl.config.choices import Strategy
 from hybridrl.config.errors import ConfigError
 from hybridrl.config.schema import Config
 from hybridrl.config.validate import validate
+from hybridrl.config.verl_keys import verl_answer
 
 __all__ = ["ConfigError", "load_config", "to_dict", "to_yaml"]
 
@@ -244,6 +245,11 @@ def _at(key: str, value: Any) -> DictConfig:
 
 
 def _unknown_key(key: str, schema: DictConfig) -> str:
+    """The verl mapping where the key is verl's (a near name would mislead: n_gpus_per_node is not seed),
+    else the closest hybridrl key."""
+    answer = verl_answer(key)
+    if answer is not None:
+        return f"'{key}' is a verl key that hybridrl does not take: {answer}."
     return f"Unknown config key '{key}'.{_closest(key, _leaf_keys(schema))}"
 
 
