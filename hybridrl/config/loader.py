@@ -6,6 +6,7 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -216,8 +217,29 @@ def load_config(overrides: Iterable[str] = (), yaml_path: str | None = None) -> 
     except OmegaConfBaseException as exc:
         detail = " ".join(str(getattr(exc, "msg", None) or exc).split("\n")[0].split())
         raise ConfigError(f"Could not resolve config key '{getattr(exc, 'full_key', None)}': {detail}.") from None
+    typed = _verl_sizes(typed)
     validate(typed)
     return typed
+
+
+def _verl_sizes(cfg: Config) -> Config:
+    """verl's ways to size a run, turned into hybridrl's keys: ``trainer.total_training_steps`` is
+    ``total_steps``; ``n_gpus_per_node`` x ``nnodes`` is the global pool's GPUs (as verl's one pool)."""
+    trainer, pools = cfg.trainer, cfg.resource_pool
+    if trainer.total_training_steps is not None:
+        trainer = replace(trainer, total_steps=trainer.total_training_steps)
+    if trainer.n_gpus_per_node is not None or trainer.nnodes is not None:
+        others = sorted(set(pools.mapping.values()) - {"global_pool"})
+        if others:
+            raise ConfigError(
+                f"trainer.n_gpus_per_node/nnodes size resource_pool.pools.global_pool only, but roles map to "
+                f"{others}: size every pool in resource_pool.pools instead."
+            )
+        gpus = (trainer.n_gpus_per_node or 8) * (trainer.nnodes or 1)
+        pools = replace(
+            pools, pools={**pools.pools, "global_pool": {**pools.pools.get("global_pool", {}), "GPU": gpus}}
+        )
+    return replace(cfg, trainer=trainer, resource_pool=pools)
 
 
 _ABSENT = object()

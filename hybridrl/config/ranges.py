@@ -49,6 +49,10 @@ def _check_positive(cfg: Config) -> None:
         "trainer.ray.connect_timeout_s": cfg.trainer.ray.connect_timeout_s,
         "trainer.ray.start_timeout_s": cfg.trainer.ray.start_timeout_s,
         "trainer.ray.call_timeout_s": cfg.trainer.ray.call_timeout_s,
+        "trainer.total_epochs": cfg.trainer.total_epochs or 1,
+        "trainer.total_training_steps": cfg.trainer.total_training_steps or 1,
+        "trainer.n_gpus_per_node": cfg.trainer.n_gpus_per_node or 1,
+        "trainer.nnodes": cfg.trainer.nnodes or 1,
     }
     for key, value in values.items():
         if value <= 0:
@@ -98,6 +102,13 @@ def _check_optimizer(section: str, optim: OptimConfig) -> None:
 
 def _check_sampling(cfg: Config) -> None:
     rollout = cfg.actor_rollout_ref.rollout
+    if rollout.tensor_model_parallel_size != 1:
+        _fail(
+            f"actor_rollout_ref.rollout.tensor_model_parallel_size={rollout.tensor_model_parallel_size}: the hf engine "
+            f"generates on each rank's own copy of the weights, without tensor parallelism; use 1."
+        )
+    if not 0 < rollout.gpu_memory_utilization <= 1:
+        _fail(f"actor_rollout_ref.rollout.gpu_memory_utilization={rollout.gpu_memory_utilization} must lie in (0, 1].")
     for section, sampling in (
         ("actor_rollout_ref.rollout", rollout.sampling()),
         ("actor_rollout_ref.rollout.val_kwargs", rollout.val_kwargs.sampling()),

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from hybridrl.config.choices import (
     Device,
@@ -228,6 +228,14 @@ class SamplingConfig:
 class RolloutConfig:
     name: RolloutName = doc(RolloutName.hf, "generation engine: hf (Hugging Face generate on the actor's weights)")
     n: int = doc(4, "responses sampled per prompt")
+    tensor_model_parallel_size: int = doc(
+        1, "GPUs one generation replica spans (verl's); the hf engine generates on each rank's own copy: 1"
+    )
+    gpu_memory_utilization: float = doc(
+        0.5,
+        "verl's: an inference engine's share of GPU memory for weights and KV cache; the hf engine allocates as "
+        "it generates and does not read it",
+    )
     do_sample: bool = doc(True, "false = greedy")
     temperature: float = doc(1.0, "sampling temperature (> 0)")
     top_k: int = doc(0, "0 or -1 (verl's) = off")
@@ -266,6 +274,13 @@ class ActorRolloutRefConfig:
 
 @dataclass(frozen=True)
 class CriticConfig(TrainedRoleConfig):
+    # verl's critic follows the actor's batching unless told otherwise: a ported command sets only the actor's.
+    ppo_mini_batch_size: int = doc(
+        cast(int, "${actor_rollout_ref.actor.ppo_mini_batch_size}"), "prompts per critic optimizer step (the actor's)"
+    )
+    ppo_epochs: int = doc(
+        cast(int, "${actor_rollout_ref.actor.ppo_epochs}"), "passes over each step's rollouts (the actor's)"
+    )
     enable: bool | None = doc(None, "null = when algorithm.adv_estimator needs values (gae); false = never")
     model: CriticModelConfig = section(CriticModelConfig)
     forward_micro_batch_size_per_gpu: int = doc(64, "sequences per forward when computing values")
@@ -435,6 +450,14 @@ class TrainerConfig:
     experiment_name: str = doc("default", "")
     output_dir: str = doc("outputs/${trainer.project_name}/${trainer.experiment_name}", "run directory")
     total_steps: int = doc(150, "training steps (one batch of prompts each)")
+    total_epochs: int | None = doc(
+        None, "verl's: train this many passes over the data instead (drop-last batches); null = total_steps"
+    )
+    total_training_steps: int | None = doc(None, "verl's name for total_steps; wins over it and total_epochs")
+    n_gpus_per_node: int | None = doc(
+        None, "verl's: with nnodes, sizes resource_pool.pools.global_pool to nnodes x n_gpus_per_node GPUs"
+    )
+    nnodes: int | None = doc(None, "verl's: nodes for global_pool (n_gpus_per_node each; 8 if unset, as verl)")
     seed: int = doc(1, "seed of sampling, shuffling and initialisation on every worker")
     device: Device = doc(Device.auto, "auto (cuda if available, else cpu) | cpu | cuda")
     logger: list[Tracker] = doc(

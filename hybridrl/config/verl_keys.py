@@ -202,17 +202,9 @@ VERL_ANSWERS: tuple[tuple[str, str], ...] = (
     ),
     ("actor_rollout_ref.rollout.prompt_length", "use data.max_prompt_length, which verl's key only mirrors"),
     ("actor_rollout_ref.rollout.response_length", "use data.max_response_length, which verl's key only mirrors"),
-    (
-        "actor_rollout_ref.rollout.gpu_memory_utilization",
-        "not supported yet: vLLM/SGLang's share of GPU memory for the KV cache (rollout.name=hf only)",
-    ),
     ("actor_rollout_ref.rollout.ignore_eos", "not supported yet: generating past the end-of-sequence token"),
     ("actor_rollout_ref.rollout.enforce_eager", "not needed in hybridrl: the hf rollout always runs eagerly"),
     ("actor_rollout_ref.rollout.cudagraph_capture_sizes", "not supported yet: CUDA graphs in the rollout engine"),
-    (
-        "actor_rollout_ref.rollout.tensor_model_parallel_size",
-        "not supported yet: tensor-parallel generation (each actor worker generates from the full weights)",
-    ),
     (
         "actor_rollout_ref.rollout.data_parallel_size",
         "not supported yet: data parallelism inside one vLLM/SGLang engine",
@@ -487,11 +479,6 @@ VERL_ANSWERS: tuple[tuple[str, str], ...] = (
     ("algorithm.pf_ppo.*", "not supported yet: preference-feedback PPO (samples reweighted by reward)"),
     # -- trainer
     (
-        "trainer.total_epochs",
-        "use trainer.total_steps, which counts steps (an epoch = train prompts / train_batch_size)",
-    ),
-    ("trainer.total_training_steps", "use trainer.total_steps"),
-    (
         "trainer.log_val_generations",
         "use trainer.val_generations_to_log, which writes them to <output_dir>/val_generations/, not the tracker",
     ),
@@ -499,14 +486,6 @@ VERL_ANSWERS: tuple[tuple[str, str], ...] = (
     (
         "trainer.validation_data_dir",
         "use trainer.val_generations_to_log, which saves that many per validation in <output_dir>/val_generations/",
-    ),
-    (
-        "trainer.nnodes",
-        "use resource_pool.pools.global_pool.GPU, the GPUs of all nodes together (nnodes x n_gpus_per_node)",
-    ),
-    (
-        "trainer.n_gpus_per_node",
-        "use resource_pool.pools.global_pool.GPU, the GPUs of all nodes together (nnodes x n_gpus_per_node)",
     ),
     (
         "trainer.esi_redundant_time",

@@ -11,7 +11,7 @@ import contextlib
 import json
 import logging
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +87,24 @@ def check_datasets(cfg: Config, dataset: PromptDataset, val_dataset: PromptDatas
             f"custom_reward_function.path=<file.py> with a compute_score(data_source, solution_str, ground_truth, "
             f"extra_info) function, as in verl."
         )
+
+
+def steps_from_epochs(cfg: Config, prompts: int) -> Config:
+    """verl's ``trainer.total_epochs``: that many passes over the training prompts, a full batch each step
+    (the incomplete last batch of an epoch is dropped, as verl's loader does), unless
+    ``total_training_steps`` is given."""
+    trainer = cfg.trainer
+    if trainer.total_epochs is None or trainer.total_training_steps is not None:
+        return cfg
+    per_epoch = prompts // cfg.data.train_batch_size
+    logger.info(
+        "trainer.total_epochs=%d: %d steps (%d prompts, %d per step)",
+        trainer.total_epochs,
+        trainer.total_epochs * per_epoch,
+        prompts,
+        cfg.data.train_batch_size,
+    )
+    return replace(cfg, trainer=replace(trainer, total_steps=trainer.total_epochs * per_epoch))
 
 
 def build_groups(
@@ -199,11 +217,12 @@ class RunParts:
 
 
 def _run(cfg: Config, output_dir: Path, started: float) -> dict[str, Any]:
-    (output_dir / "config.yaml").write_text(to_yaml(cfg))
     model_path, tokenizer_path = prepare_model(cfg, output_dir)
     tokenizer = load_tokenizer(tokenizer_path, cfg.actor_rollout_ref.model.trust_remote_code)
     dataset, val_dataset = build_datasets(cfg.data, tokenizer)
     check_datasets(cfg, dataset, val_dataset)
+    cfg = steps_from_epochs(cfg, len(dataset))
+    (output_dir / "config.yaml").write_text(to_yaml(cfg))
     checkpoints = CheckpointManager(output_dir / "checkpoints", cfg.trainer.max_ckpt_to_keep)
     checkpoints.remove_stale_temporaries()
     resume_from = resolve_resume(cfg.trainer.resume_mode, cfg.trainer.resume_from_path, checkpoints)

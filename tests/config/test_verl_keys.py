@@ -15,12 +15,6 @@ KINDS = ("use ", "not supported yet: ", "not needed in hybridrl: ")
 # verl keys hybridrl's schema is about to take under verl's name; their rules stay as the answer until then
 # and are not dead while these keys are still unknown.
 COMING_TO_THE_SCHEMA = {
-    "trainer.n_gpus_per_node",
-    "trainer.nnodes",
-    "trainer.total_epochs",
-    "trainer.total_training_steps",
-    "actor_rollout_ref.rollout.tensor_model_parallel_size",
-    "actor_rollout_ref.rollout.gpu_memory_utilization",
     "data.reward_fn_key",
     "reward_model.reward_manager",
 }
