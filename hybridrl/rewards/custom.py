@@ -41,7 +41,7 @@ class CustomRewardError(ValueError):
     """The custom reward file or function cannot be used; the message says why and how to fix it."""
 
 
-def _import_file(path: Path) -> ModuleType:
+def _check_is_file(path: Path) -> None:
     if not path.exists():
         raise CustomRewardError(
             f"Custom reward file {str(path)!r} does not exist: set the reward function path to an "
@@ -49,6 +49,10 @@ def _import_file(path: Path) -> ModuleType:
         )
     if not path.is_file():
         raise CustomRewardError(f"Custom reward path {str(path)!r} is not a file: point it at a .py file.")
+
+
+def _import_file(path: Path) -> ModuleType:
+    _check_is_file(path)
     digest = hashlib.sha1(str(path).encode()).hexdigest()[:12]
     module_name = f"hybridrl_custom_reward_{path.stem}_{digest}"
     spec = importlib.util.spec_from_file_location(module_name, path)
@@ -153,13 +157,7 @@ def check_reward_file(path: str, name: str = "compute_score") -> None:
     """Check ``path`` defines ``name`` with verl's parameters, without executing the file (``config show`` and
     validation must not run user code). Raise CustomRewardError saying what to fix."""
     file = Path(path).expanduser().resolve()
-    if not file.exists():
-        raise CustomRewardError(
-            f"Custom reward file {str(file)!r} does not exist: set the reward function path to an existing .py "
-            f"file (relative paths are resolved from {str(Path.cwd())!r})."
-        )
-    if not file.is_file():
-        raise CustomRewardError(f"Custom reward path {str(file)!r} is not a file: point it at a .py file.")
+    _check_is_file(file)
     try:
         tree = ast.parse(file.read_bytes(), filename=str(file))
     except SyntaxError as exc:
