@@ -16,6 +16,7 @@ from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationE
 
 from hybridrl.config.choices import Strategy
 from hybridrl.config.errors import ConfigError
+from hybridrl.config.presets import TINY_RUN
 from hybridrl.config.schema import Config
 from hybridrl.config.validate import validate
 from hybridrl.config.verl_keys import verl_answer
@@ -198,17 +199,11 @@ def load_config(overrides: Iterable[str] = (), yaml_path: str | None = None) -> 
             node = OmegaConf.select(layer, parent, default=None) if parent else layer
             if isinstance(node, DictConfig) and leaf in node:
                 del node[leaf]
-    cfg = schema
     for layer in layers:
         _lists_from_scalars(layer, schema)
-        try:
-            cfg = OmegaConf.merge(cfg, layer)
-        except ConfigKeyError as exc:
-            raise ConfigError(_unknown_key(exc.full_key or str(exc.key), schema)) from None
-        except (ValidationError, OmegaConfBaseException) as exc:
-            raise ConfigError(_bad_value(exc)) from None
-        except TypeError as exc:  # omegaconf names no key when a list meets a mapping
-            raise ConfigError(_incompatible(layer, schema, exc)) from None
+    cfg = _merge(schema, layers)
+    if OmegaConf.select(cfg, "actor_rollout_ref.model.path") is None:  # the built-in tiny model and task
+        cfg = _merge(schema, [OmegaConf.create(TINY_RUN), *layers])
     try:  # resolves interpolations such as trainer.output_dir's
         missing = sorted(OmegaConf.missing_keys(cfg))
         if missing:
@@ -243,6 +238,21 @@ def _verl_sizes(cfg: Config) -> Config:
 
 
 _ABSENT = object()
+
+
+def _merge(schema: DictConfig, layers: list[DictConfig]) -> DictConfig:
+    """The layers merged over the schema in order, each mistake one line naming its key."""
+    cfg = schema
+    for layer in layers:
+        try:
+            cfg = cast(DictConfig, OmegaConf.merge(cfg, layer))
+        except ConfigKeyError as exc:
+            raise ConfigError(_unknown_key(exc.full_key or str(exc.key), schema)) from None
+        except (ValidationError, OmegaConfBaseException) as exc:
+            raise ConfigError(_bad_value(exc)) from None
+        except TypeError as exc:  # omegaconf names no key when a list meets a mapping
+            raise ConfigError(_incompatible(layer, schema, exc)) from None
+    return cfg
 
 
 def _incompatible(layer: DictConfig, schema: DictConfig, exc: TypeError) -> str:

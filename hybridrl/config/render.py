@@ -49,15 +49,16 @@ def _dict_lines(value: dict[str, Any], indent: int) -> list[str]:
     return [_line(indent, key, _scalar(item), "") for key, item in value.items()]
 
 
-def _section_lines(cls: type, indent: int) -> list[str]:
+def _section_lines(defaults: Any, indent: int) -> list[str]:
+    """``defaults``: a section's default instance (a section may default differently from its class, as the
+    critic's optimizer does)."""
     lines = []
-    defaults = cls()
-    for f in dataclasses.fields(cls):
+    for f in dataclasses.fields(defaults):
         help = f.metadata.get("help", "")
         value = getattr(defaults, f.name)
         if dataclasses.is_dataclass(value):
             lines.append(_line(indent, f.name, "", help))
-            lines.extend(_section_lines(type(value), indent + 1))
+            lines.extend(_section_lines(value, indent + 1))
         elif isinstance(value, dict) and value:
             lines.append(_line(indent, f.name, "", help))
             lines.extend(_dict_lines(value, indent + 1))
@@ -68,7 +69,7 @@ def _section_lines(cls: type, indent: int) -> list[str]:
 
 def render_defaults() -> str:
     """The documented YAML of every key's default, a blank line between top-level sections."""
-    lines = _section_lines(Config, 0)
+    lines = _section_lines(Config(), 0)
     spaced = [("\n" if i and not line.startswith(" ") else "") + line for i, line in enumerate(lines)]
     return HEADER + "\n" + "\n".join(spaced) + "\n"
 

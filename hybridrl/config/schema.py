@@ -135,9 +135,9 @@ class ParallelConfig:
 
 @dataclass(frozen=True)
 class OptimConfig:
-    lr: float = doc(1.0e-3, "AdamW learning rate (the schedule's base)")
-    betas: list[float] = doc([0.9, 0.99], "AdamW betas")
-    weight_decay: float = doc(0.0, "AdamW weight decay")
+    lr: float = doc(1.0e-6, "AdamW learning rate (the schedule's base); the critic's default is 1e-5")
+    betas: list[float] = doc([0.9, 0.999], "AdamW betas")
+    weight_decay: float = doc(0.01, "AdamW weight decay")
     eps: float = doc(1.0e-8, "AdamW epsilon")
     lr_warmup_steps: int = doc(-1, "training steps of linear warm-up from 0; <= 0 = lr_warmup_steps_ratio decides")
     lr_warmup_steps_ratio: float = doc(0.0, "warm-up as a fraction of total_training_steps (when lr_warmup_steps <= 0)")
@@ -168,12 +168,12 @@ class TrainedRoleConfig:
     parallel_config: ParallelConfig = section(ParallelConfig)
     optim: OptimConfig = section(OptimConfig)
     ppo_mini_batch_size: int = doc(16, "prompts per optimizer step (x rollout.n sequences, split over workers)")
-    ppo_micro_batch_size_per_gpu: int = doc(32, "sequences per forward/backward on one worker (gradient accumulation)")
+    ppo_micro_batch_size_per_gpu: int = doc(4, "sequences per forward/backward on one worker (gradient accumulation)")
     use_dynamic_bsz: bool = doc(
         False, "micro-batches filled up to ppo_max_token_len_per_gpu real tokens instead of a row count"
     )
     ppo_max_token_len_per_gpu: int = doc(16384, "use_dynamic_bsz: tokens per forward/backward on one worker")
-    ppo_epochs: int = doc(2, "passes over each step's rollouts")
+    ppo_epochs: int = doc(1, "passes over each step's rollouts")
     shuffle: bool = doc(False, "shuffle sequences between PPO epochs")
     grad_clip: float = doc(1.0, "max global gradient norm")
     loss_agg_mode: str = doc("token-mean", "how token losses become one number (token-mean, seq-mean-token-sum, ...)")
@@ -227,7 +227,7 @@ class SamplingConfig:
 @dataclass(frozen=True)
 class RolloutConfig:
     name: RolloutName = doc(RolloutName.hf, "generation engine: hf (Hugging Face generate on the actor's weights)")
-    n: int = doc(4, "responses sampled per prompt")
+    n: int = doc(1, "responses sampled per prompt (GRPO and friends need > 1)")
     tensor_model_parallel_size: int = doc(
         1, "GPUs one generation replica spans (verl's); the hf engine generates on each rank's own copy: 1"
     )
@@ -281,6 +281,7 @@ class CriticConfig(TrainedRoleConfig):
     ppo_epochs: int = doc(
         cast(int, "${actor_rollout_ref.actor.ppo_epochs}"), "passes over each step's rollouts (the actor's)"
     )
+    optim: OptimConfig = section(lambda: OptimConfig(lr=1.0e-5))  # type: ignore[arg-type]  # verl's critic lr
     enable: bool | None = doc(None, "null = when algorithm.adv_estimator needs values (gae); false = never")
     model: CriticModelConfig = section(CriticModelConfig)
     forward_micro_batch_size_per_gpu: int = doc(64, "sequences per forward when computing values")
@@ -311,8 +312,8 @@ class AlgorithmConfig:
     adv_estimator: str = doc("gae", "gae | grpo | rloo | reinforce_plus_plus | reinforce_plus_plus_baseline | remax")
     norm_adv_by_std_in_grpo: bool = doc(True, "grpo: divide by the group's std; false = Dr.GRPO (Liu et al. 2025)")
     gamma: float = doc(1.0, "discount")
-    lam: float = doc(0.95, "GAE lambda")
-    use_kl_in_reward: bool = doc(True, "subtract kl_coef * KL(policy || reference) from the token rewards")
+    lam: float = doc(1.0, "GAE lambda")
+    use_kl_in_reward: bool = doc(False, "subtract kl_coef * KL(policy || reference) from the token rewards")
     kl_penalty: KLPenalty = doc(KLPenalty.kl, "KL estimator: kl/k1, abs, mse/k2, low_var_kl/k3")
     kl_ctrl: KLControlConfig = section(KLControlConfig)
     filter_groups: FilterGroupsConfig = section(FilterGroupsConfig, "DAPO dynamic sampling (Yu et al. 2025)")
@@ -491,7 +492,7 @@ class TrainerConfig:
         "checkpoint this many times in the same run (0 = stop at the first such failure)",
     )
     test_freq: int = doc(50, "validate every this many steps (and at the end); -1 = never")
-    val_before_train: bool = doc(False, "validate once before the first step")
+    val_before_train: bool = doc(True, "validate once before the first step (when there are validation prompts)")
     val_generations_to_log: int = doc(5, "sample generations saved per validation to <output_dir>/val_generations/")
     learning_check_window: int = doc(5, 'steps averaged at the start and end for the closing "did it learn" line')
     ray: RayConfig = section(RayConfig)

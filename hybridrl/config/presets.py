@@ -1,0 +1,24 @@
+"""The embedded default run's own settings.
+
+The schema's defaults are verl's, for real models (a learning rate of 1e-6, one sample per prompt, no
+KL in the reward, ...). With them the built-in tiny model would not learn the built-in task within the
+default run's minutes, so when ``actor_rollout_ref.model.path`` is null these values sit between the
+schema's defaults and the user's config: a user's own setting still wins, and ``hybridrl config show``
+prints the result. docs/CONFIG.md lists them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_TINY_OPTIM = {"lr": 1.0e-3, "betas": [0.9, 0.99], "weight_decay": 0.0}
+
+TINY_RUN: dict[str, Any] = {
+    "actor_rollout_ref": {
+        "actor": {"optim": _TINY_OPTIM, "ppo_epochs": 2, "ppo_micro_batch_size_per_gpu": 32},
+        "rollout": {"n": 4},
+    },
+    "critic": {"optim": _TINY_OPTIM, "ppo_micro_batch_size_per_gpu": 32},  # ppo_epochs follows the actor's
+    "algorithm": {"lam": 0.95, "use_kl_in_reward": True},
+    "trainer": {"val_before_train": False},
+}
