@@ -99,7 +99,7 @@ def test_gsm8k_example_runs(tmp_path):
     )
     assert code == 0
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert len(rows) == 2
+    assert [r["step"] for r in rows] == [0, 1, 2]  # validation before training (verl's default), then 2 steps
     assert all("val-core/openai/gsm8k/reward/mean@1" in r for r in rows)
     generations = (out / "val_generations" / "step_2.jsonl").read_text().splitlines()
     assert len(generations) == 4 and json.loads(generations[0])["prompt"].startswith("<|user|>What is")

@@ -26,7 +26,7 @@ def test_verl_quickstart_command_line(tmp_path):
             "data.max_response_length=8",  # 512
             f"actor_rollout_ref.model.path={model}",
             "actor_rollout_ref.actor.optim.lr=1e-6",
-            "actor_rollout_ref.actor.ppo_mini_batch_size=2",  # 64
+            "actor_rollout_ref.actor.ppo_mini_batch_size=4",  # 64
             "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
             "actor_rollout_ref.rollout.name=hf",  # vllm
             "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
@@ -50,6 +50,7 @@ def test_verl_quickstart_command_line(tmp_path):
     )
     assert code == 0
     summary = json.loads((out / "summary.json").read_text())
+    assert not (out / "metrics.jsonl").exists()  # trainer.logger=console, as typed: console only
     placement = json.loads((out / "placement.json").read_text())
     assert len(placement["actor_rollout+critic+ref"]["ranks"]) == 1  # n_gpus_per_node x nnodes workers
     assert (out / "checkpoints" / "global_step_4").exists()  # 2 epochs x 8 prompts / 4 per step
