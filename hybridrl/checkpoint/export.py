@@ -10,7 +10,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
 
 from hybridrl.checkpoint.dcp_io import read_full_model
 from hybridrl.checkpoint.manager import STATE
-from hybridrl.models.loader import load_tokenizer
+from hybridrl.models.loader import config_for_export, load_tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -29,7 +29,8 @@ def export_actor(checkpoint_dir: str | Path, out_dir: str | Path) -> Path:
     if not hf_meta.exists():
         raise FileNotFoundError(f"{checkpoint_dir} has no actor (missing {hf_meta}).")
     state = read_full_model(actor_dir)
-    config = AutoConfig.from_pretrained(hf_meta, local_files_only=True)  # never the network: a local directory
+    # Never the network (a local directory); checkpoints before config_for_export saved use_cache=False.
+    config = config_for_export(AutoConfig.from_pretrained(hf_meta, local_files_only=True))
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
     model.load_state_dict(state, strict=False, assign=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import json
 from pathlib import Path
@@ -14,6 +15,7 @@ from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
     GenerationConfig,
+    PretrainedConfig,
     PreTrainedModel,
     PreTrainedTokenizerBase,
     PreTrainedTokenizerFast,
@@ -41,6 +43,8 @@ def load_tokenizer(path: str, trust_remote_code: bool = False) -> PreTrainedToke
         tokenizer = PreTrainedTokenizerFast.from_pretrained(path, local_files_only=True)
     else:
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code, local_files_only=True)
+    for load_time_only in ("local_files_only", "is_local"):  # else save_pretrained writes them into exports
+        tokenizer.init_kwargs.pop(load_time_only, None)
     tokenizer.padding_side = "left"  # generation continues prompts from their right edge
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -88,6 +92,14 @@ def empty_causal_lm(
         model.generation_config = GenerationConfig.from_pretrained(path, local_files_only=True)
     model.config.use_cache = False
     return model, WeightSource(path)
+
+
+def config_for_export(config: PretrainedConfig) -> PretrainedConfig:
+    """A copy of ``config`` fit to publish: training turns the KV cache off (``use_cache=False``) for its
+    forward passes, and an exported model must generate with it on, as the original did."""
+    exported = copy.deepcopy(config)
+    exported.use_cache = True
+    return exported
 
 
 def enable_activation_checkpointing(model: nn.Module) -> None:

@@ -14,6 +14,7 @@ from hybridrl.config.roles import ROLE_SECTIONS
 from hybridrl.config.schema import ActorConfig, Config, ModelConfig, RolloutConfig
 from hybridrl.models.loader import (
     attention_implementation,
+    config_for_export,
     empty_causal_lm,
     enable_activation_checkpointing,
     load_tokenizer,
@@ -233,7 +234,7 @@ class ActorRolloutRole(EngineRole):
 
     def save_hf_metadata(self, out_dir: str) -> None:
         """Config, generation config and tokenizer: what an export needs besides the weights."""
-        self.rollout.model.config.save_pretrained(out_dir)
+        config_for_export(self.rollout.model.config).save_pretrained(out_dir)
         self.rollout.model.generation_config.save_pretrained(out_dir)
         self.tokenizer.save_pretrained(out_dir)
 
@@ -248,5 +249,6 @@ class ActorRolloutRole(EngineRole):
         Path(out_dir).mkdir(parents=True, exist_ok=True)
         # The training weights (fp32 masters), not the generation copy, which may be bf16.
         self.rollout.model.save_pretrained(out_dir, state_dict=state)
+        config_for_export(self.rollout.model.config).save_pretrained(out_dir)  # replaces the training config
         self.tokenizer.save_pretrained(out_dir)
         return out_dir

@@ -88,6 +88,8 @@ def test_stop_resume_matches_uninterrupted_run(full, tmp_path):
     # Export the final checkpoint: same logits as the actor saved at the end of the run.
     out = tmp_path / "exported"
     assert cli_main(["export", str(full / "checkpoints" / "global_step_4"), str(out)]) == 0
+    for exported in (out, full / "actor_hf"):  # generation settings as published, not the trainer's
+        assert json.loads((exported / "config.json").read_text())["use_cache"] is True
     ids = torch.tensor([[4, 5, 6, 13, 7]])
     exported = AutoModelForCausalLM.from_pretrained(out)(ids).logits
     final = AutoModelForCausalLM.from_pretrained(full / "actor_hf")(ids).logits
