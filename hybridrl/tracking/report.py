@@ -219,6 +219,42 @@ def _plots(rows: Rows) -> list[tuple[str, str | None, str]]:
         ],
         "Response length in tokens, EOS included (band: min to max).",
     )
+    val_keys = sorted({k for row in rows for k in row if k.startswith("val-core/")})
+    add(
+        "Validation",
+        val_keys or ["val-core/<data_source>/<metric>/mean@n"],
+        lambda: [(_lines(rows, [key]), key.removeprefix("val-core/")) for key in val_keys],
+        "val-core/<data_source>/<metric>/mean@n: the mean over the validation prompts of each data source "
+        "(reward, and any extra key a reward function returns, such as acc), every trainer.test_freq steps.",
+    )
+    loss_keys = ("actor/pg_loss", "critic/vf_loss")
+    add(
+        "Losses",
+        loss_keys,
+        lambda: [(_lines(rows, [key]), key) for key in loss_keys if _has(rows, key)],
+        "actor/pg_loss: the clipped policy-gradient loss; critic/vf_loss: the (clipped) value loss.",
+    )
+    norm_keys = ("actor/grad_norm", "critic/grad_norm")
+    add(
+        "Gradient norms",
+        norm_keys,
+        lambda: [(_lines(rows, [key for key in norm_keys if _has(rows, key)]), "norm before clipping")],
+        "Global gradient norm of each optimizer step, before grad_clip (mean over the step's mini-batches).",
+    )
+    clip_keys = ("actor/pg_clipfrac", "actor/pg_clipfrac_lower", "critic/vf_clipfrac")
+    add(
+        "Clip fractions",
+        clip_keys,
+        lambda: [(_lines(rows, [key for key in clip_keys if _has(rows, key)]), "fraction of tokens")],
+        "Share of tokens whose ratio (actor) or value (critic) was clipped; a large one means updates too big.",
+    )
+    lr_keys = ("actor/lr", "critic/lr")
+    add(
+        "Learning rate",
+        lr_keys,
+        lambda: [(_lines(rows, [key for key in lr_keys if _has(rows, key)]), "lr")],
+        "The learning rate each step's updates used (warm-up and schedule: optim.lr_scheduler_type).",
+    )
     phases = top_level_phases(rows)
     add(
         "Phase times",
@@ -313,6 +349,38 @@ def _breakdown_html(rows: Rows) -> str:
     return "\n".join(lines)
 
 
+GENERATIONS_SHOWN = 3  # validations shown (the latest), each with the samples the run saved
+
+
+def _generations_html(folder: Path) -> str:
+    """The latest validations' saved samples (``trainer.val_generations_to_log``) as a table each."""
+    files = sorted(folder.glob("step_*.jsonl"), key=lambda p: int(p.stem.removeprefix("step_") or 0))
+    if not files:
+        return f'<p class="note">No samples in {html.escape(str(folder))} (trainer.val_generations_to_log).</p>'
+    esc = html.escape
+    parts = []
+    for path in reversed(files[-GENERATIONS_SHOWN:]):
+        rows = []
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+        parts.append(f"<h3>Validation at step {esc(path.stem.removeprefix('step_'))}</h3>")
+        parts.append("<table><tr><th>prompt</th><th>response</th><th>ground truth</th><th>score</th></tr>")
+        for row in rows:
+            parts.append(
+                "<tr>"
+                + "".join(
+                    f"<td><pre>{esc(str(row.get(key, '')))}</pre></td>"
+                    for key in ("prompt", "response", "ground_truth")
+                )
+                + f"<td>{_fmt(row.get('score'))}</td></tr>"
+            )
+        parts.append("</table>")
+    return "\n".join(parts)
+
+
 def _read_optional(path: Path) -> str | None:
     return path.read_text(encoding="utf-8") if path.is_file() else None
 
@@ -362,6 +430,7 @@ def write_report(run_dir: Path, out: Path | None = None) -> Path:
                 f'<figure><img src="data:image/png;base64,{png}" alt="{esc(plot_title, quote=True)}">'
                 f"<figcaption>{esc(caption)}</figcaption></figure>"
             )
+    parts += ["<h2>Sample generations</h2>", _generations_html(run_dir / "val_generations")]
     parts.append("<h2>Resolved config</h2>")
     if config_text is None:
         parts.append(f'<p class="note">No config.yaml in {esc(str(run_dir))}.</p>')

@@ -34,7 +34,16 @@ def synthetic_rows(steps: int = 10, kl_key: str = "actor/reward_kl_penalty") -> 
             "timing_s/update_critic": 0.2,
             "timing_s/update_actor": 0.3,
             "training/epoch": 0.0,
+            "actor/pg_loss": -0.01 * step,
+            "critic/vf_loss": 1.0 / step,
+            "actor/grad_norm": 0.5,
+            "critic/grad_norm": 0.2,
+            "actor/pg_clipfrac": 0.05,
+            "actor/lr": 1e-6 * min(1.0, step / 3),
         }
+        if step % 5 == 0:  # validation every 5 steps, with a reward function's extra key
+            row["val-core/openai/gsm8k/reward/mean@1"] = score
+            row["val-core/openai/gsm8k/acc/mean@1"] = score / 2
         row["timing_s/step"] = (
             sum(
                 v

@@ -1,5 +1,6 @@
 import base64
 import html.parser
+import json
 import re
 
 import pytest
@@ -11,11 +12,16 @@ from .helpers import synthetic_rows, write_run
 
 @pytest.fixture
 def run_dir(tmp_path):
-    return write_run(
+    run = write_run(
         tmp_path / "run",
         synthetic_rows(),
         summary={"first_mean": 0.2, "last_mean": 0.6, "gain": 0.4, "window": 2, "wall_s": 83.5},
     )
+    (run / "val_generations").mkdir()
+    for step in (5, 10):
+        sample = {"step": step, "prompt": "<b>2+2</b>", "response": "4", "ground_truth": "4", "score": 0.75}
+        (run / "val_generations" / f"step_{step}.jsonl").write_text(json.dumps(sample) + "\n")
+    return run
 
 
 IMG = '<img src="data:image/png;base64,'
@@ -54,7 +60,9 @@ def test_report_has_plots_table_summary_and_escaped_config(run_dir):
     assert not checker.errors and not checker.stack
 
     pngs = images(text)
-    assert text.count(IMG) >= 5 and len(pngs) == 6
+    assert len(pngs) == 11
+    for title in ("Validation", "Losses", "Gradient norms", "Clip fractions", "Learning rate"):
+        assert f"<h3>{title}</h3>\n<figure>" in text, title
     assert all(png.startswith(b"\x89PNG") for png in pngs)
 
     # Breakdown table (first step left out), with the sub-phases shown apart, not as phases.
@@ -67,6 +75,9 @@ def test_report_has_plots_table_summary_and_escaped_config(run_dir):
     # Config in a <pre>, escaped.
     assert "<pre>trainer:\n  experiment_name: &lt;demo &amp; test&gt;\n</pre>" in text
     assert "<demo" not in text
+    # Sample generations of the latest validations, newest first, escaped.
+    assert text.index("Validation at step 10") < text.index("Validation at step 5")
+    assert "<pre>&lt;b&gt;2+2&lt;/b&gt;</pre>" in text and ">0.75<" in text
 
 
 def test_report_out_and_missing_metrics_are_skipped_with_a_note(tmp_path):
@@ -78,7 +89,9 @@ def test_report_out_and_missing_metrics_are_skipped_with_a_note(tmp_path):
     out = write_report(run, out=tmp_path / "nested" / "r.html")
     assert out == tmp_path / "nested" / "r.html" and not (run / "report.html").exists()
     text = out.read_text()
-    assert len(images(text)) == 4
+    assert len(images(text)) == 8  # no entropy, no throughput, no validation before step 5
+    assert "Skipped: no val-core/<data_source>/<metric>/mean@n in metrics.jsonl." in text
+    assert "No samples in" in text
     assert "Skipped: no actor/entropy / actor/entropy_before_update in metrics.jsonl." in text
     assert "Skipped: no perf/throughput / perf/gen_tokens_per_s in metrics.jsonl." in text
     assert "No config.yaml" in text
@@ -90,7 +103,7 @@ def test_report_survives_a_truncated_last_line_and_a_single_step(tmp_path):
         f.write('{"step": 2, "critic/sc')
     text = write_report(run).read_text()
     assert "1 unreadable line(s)" in text and "Mean over the only step" in text
-    assert len(images(text)) == 6
+    assert len(images(text)) == 10
 
 
 def test_missing_or_empty_metrics_name_the_path(tmp_path):
