@@ -90,7 +90,7 @@ def test_report_out_and_missing_metrics_are_skipped_with_a_note(tmp_path):
     assert out == tmp_path / "nested" / "r.html" and not (run / "report.html").exists()
     text = out.read_text()
     assert len(images(text)) == 8  # no entropy, no throughput, no validation before step 5
-    assert "Skipped: no val-core/<data_source>/<metric>/mean@n in metrics.jsonl." in text
+    assert "Skipped: no val-core/&lt;data_source&gt;/&lt;metric&gt;/mean@n in metrics.jsonl." in text
     assert "No samples in" in text
     assert "Skipped: no actor/entropy / actor/entropy_before_update in metrics.jsonl." in text
     assert "Skipped: no perf/throughput / perf/gen_tokens_per_s in metrics.jsonl." in text
