@@ -294,7 +294,10 @@ def _summary_html(rows: Rows, summary: dict[str, Any] | None, skipped_lines: int
     if steps:
         items.append(("step range", f"{_fmt(min(steps))} - {_fmt(max(steps))}"))
     if summary is not None and as_number(summary.get("wall_s")) is not None:
-        items.append(("wall time", _duration(as_number(summary["wall_s"]) or 0.0)))
+        items.append(("wall time (every leg)", _duration(as_number(summary["wall_s"]) or 0.0)))
+    legs = summary.get("legs") if summary is not None else None
+    if isinstance(legs, list) and len(legs) > 1:
+        items.append(("resumed after steps", ", ".join(str(step) for step in legs[1:])))
     _, scores = _series(rows, "critic/score/mean")
     if scores:
         items.append(("first reward (critic/score/mean)", _fmt(scores[0])))
@@ -304,7 +307,7 @@ def _summary_html(rows: Rows, summary: dict[str, Any] | None, skipped_lines: int
         items.append(("mean step time (first step left out)", f"{step_mean:.3f} s"))
     if summary is not None:
         for key, value in summary.items():
-            if key != "wall_s":
+            if key not in ("wall_s", "legs"):
                 items.append((f"summary.json: {key}", _fmt(value)))
     body = "".join(f'<tr><th>{esc(k)}</th><td class="num">{esc(v)}</td></tr>' for k, v in items)
     note = (

@@ -13,12 +13,16 @@ from typing import Any
 
 
 class TraceWriter:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, append: bool = False) -> None:
+        """``append``: go on with an existing trace (a resumed run), whose closing bracket, if any, is dropped;
+        its spans keep their wall-clock times, so the gap while the run was stopped shows."""
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        earlier = self.path.read_text(encoding="utf-8").rstrip() if append and self.path.exists() else ""
+        earlier = earlier.removesuffix("]").rstrip().removesuffix(",")
         self._file = open(self.path, "w", encoding="utf-8")  # noqa: SIM115 - open for the tracker's life, closed by close()
-        self._file.write("[\n")
-        self._first = True
+        self._file.write(earlier or "[\n")
+        self._first = not earlier or earlier == "["
         self._pids: dict[str, int] = {}
         self._threads: set[tuple[int, int]] = set()
 
@@ -78,6 +82,10 @@ class TraceWriter:
         if args:
             event["args"] = args
         self._write(event)
+
+    def instant(self, name: str, at: float) -> None:
+        """A global instant event (a vertical line across every process in the viewer)."""
+        self._write({"ph": "i", "s": "g", "name": name, "pid": 0, "tid": 0, "ts": at * 1e6})
 
     def flush(self) -> None:
         self._file.flush()

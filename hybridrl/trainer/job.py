@@ -41,6 +41,7 @@ from hybridrl.trainer.perf_metrics import StepPerf
 from hybridrl.trainer.ppo_trainer import PPOTrainer
 from hybridrl.trainer.rewarding import RewardStep
 from hybridrl.trainer.run_lock import hold_run_lock
+from hybridrl.trainer.run_record import RunRecord
 
 logger = logging.getLogger("hybridrl")
 
@@ -204,6 +205,7 @@ class RunParts:
     """What every leg of a run shares: built once on the driver, before and around the worker groups."""
 
     cfg: Config
+    record: RunRecord
     output_dir: Path
     model_path: str
     tokenizer_path: str
@@ -226,6 +228,7 @@ def _run(cfg: Config, output_dir: Path, started: float) -> dict[str, Any]:
     checkpoints = CheckpointManager(output_dir / "checkpoints", cfg.trainer.max_ckpt_to_keep)
     checkpoints.remove_stale_temporaries()
     resume_from = resolve_resume(cfg.trainer.resume_mode, cfg.trainer.resume_from_path, checkpoints)
+    record = RunRecord.resumed(read_state(resume_from) if resume_from is not None else None, started)
     pools = ResourcePoolManager.from_config(cfg.resource_pool, roles=active_roles(cfg))
     # Every clean-up runs, whatever failed first (a tracker on a full disk must not leave workers behind).
     with contextlib.ExitStack() as cleanup:
@@ -237,11 +240,13 @@ def _run(cfg: Config, output_dir: Path, started: float) -> dict[str, Any]:
             output_dir / "trace.json" if cfg.trainer.trace else None,
             cfg.trainer.straggler_factor,
             cfg.trainer.straggler_min_seconds,
+            continue_trace=resume_from is not None,  # a resumed run's timeline goes on in the same file
         )
         cleanup.callback(monitor.close)
         heartbeats = start_board() if cfg.trainer.ray.liveness_timeout_s > 0 else None
         parts = RunParts(
             cfg,
+            record,
             output_dir,
             model_path,
             tokenizer_path,
@@ -271,8 +276,9 @@ def _run(cfg: Config, output_dir: Path, started: float) -> dict[str, Any]:
                     exc,
                     resume_from or "the start (no checkpoint yet)",
                 )
-    summary = learning_summary(history, cfg.trainer.learning_check_window)
-    summary["wall_s"] = time.perf_counter() - started
+    summary: dict[str, Any] = dict(learning_summary(history, cfg.trainer.learning_check_window))
+    summary["wall_s"] = record.wall_s()  # every leg's, resumed ones included
+    summary["legs"] = record.legs
     summary["restarts"] = restarts
     (output_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     return {"output_dir": str(output_dir), "actor_hf": hf_dir, "summary": summary, "history": history}
@@ -291,6 +297,10 @@ def _train_leg(parts: RunParts, resume_from: Path | None, restarts: int) -> tupl
         perf = StepPerf.create(cfg, parts.model_path, groups)
         state = resume(cfg, resume_from, groups)
         start_step = int(state["step"]) if state else 0
+        parts.record.begin_leg(start_step)
+        parts.monitor.mark(
+            f"leg {len(parts.record.legs)}: " + (f"resumed after step {start_step}" if state else "start")
+        )
         past = read_rows(output_dir / "metrics.jsonl", start_step) if state else []
         tracker = Tracker(list(cfg.trainer.logger), output_dir, cfg, resume_step=start_step if state else None)
         cleanup.callback(tracker.close)
@@ -306,6 +316,7 @@ def _train_leg(parts: RunParts, resume_from: Path | None, restarts: int) -> tupl
             val_dataset=parts.val_dataset,
             output_dir=output_dir,
             restarts=restarts,
+            record=parts.record,
         )
         if state:
             trainer.load_state_dict(state)

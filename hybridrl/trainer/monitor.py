@@ -23,9 +23,13 @@ DRIVER = "driver"
 
 class RunMonitor:
     def __init__(
-        self, trace_path: Path | None = None, straggler_factor: float = 2.0, straggler_min_seconds: float = 0.05
+        self,
+        trace_path: Path | None = None,
+        straggler_factor: float = 2.0,
+        straggler_min_seconds: float = 0.05,
+        continue_trace: bool = False,
     ) -> None:
-        self.trace = TraceWriter(trace_path) if trace_path is not None else None
+        self.trace = TraceWriter(trace_path, append=continue_trace) if trace_path is not None else None
         self.straggler_factor = straggler_factor
         self.straggler_min_seconds = straggler_min_seconds
         self.straggler_warnings: list[str] = []
@@ -92,6 +96,11 @@ class RunMonitor:
         if self.trace is not None:
             self.trace.flush()
         return metrics
+
+    def mark(self, name: str) -> None:
+        """A moment on the whole timeline (a leg of the run starts)."""
+        if self.trace is not None:
+            self.trace.instant(name, time.time())
 
     def close(self) -> None:
         if self.trace is not None:

@@ -35,6 +35,7 @@ from hybridrl.trainer.metrics import data_metrics, throughput_metrics
 from hybridrl.trainer.monitor import RunMonitor
 from hybridrl.trainer.perf_metrics import StepPerf
 from hybridrl.trainer.rewarding import RewardStep
+from hybridrl.trainer.run_record import RunRecord
 from hybridrl.trainer.validation import run_validation
 
 logger = logging.getLogger(__name__)
@@ -70,8 +71,10 @@ class PPOTrainer:
         val_dataset: PromptDataset | None = None,
         output_dir: Path | None = None,
         restarts: int = 0,
+        record: RunRecord | None = None,
     ) -> None:
         self.cfg = cfg
+        self.record = record or RunRecord()  # wall time and legs across resumes, in every checkpoint
         self.restarts = restarts  # recoveries so far in this run (trainer.max_restarts)
         self.val_dataset = val_dataset
         self.output_dir = output_dir
@@ -266,6 +269,7 @@ class PPOTrainer:
             "sampler": self.sampler.state_dict(),
             "kl_ctrl": self.kl_ctrl.state_dict(),
             "driver_rng": rng_state()[0],
+            "run": self.record.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

@@ -79,6 +79,13 @@ def test_stop_resume_matches_uninterrupted_run(full, tmp_path):
     assert (split / "checkpoints" / "global_step_2").exists()
     result = run(load_config(SMALL + [f"trainer.output_dir={split}", "trainer.total_steps=4"]))
     assert len(result["history"]) == 4  # steps 1-2 read back from metrics.jsonl, 3-4 trained
+    # The run's records span both legs: the summary's wall time goes on from the checkpoint's, the
+    # timeline file holds both legs, each marked.
+    before = json.loads((split / "checkpoints" / "global_step_2" / "trainer_state.json").read_text())["run"]
+    assert before["legs"] == [0] and result["summary"]["legs"] == [0, 2]
+    assert result["summary"]["wall_s"] > before["wall_s"] > 0
+    marks = [e["name"] for e in json.loads((split / "trace.json").read_text()) if e["ph"] == "i"]
+    assert marks == ["leg 1: start", "leg 2: resumed after step 2"]
 
     assert training_metrics(full / "metrics.jsonl") == training_metrics(split / "metrics.jsonl")
     a, b = load_file(full / "actor_hf" / "model.safetensors"), load_file(split / "actor_hf" / "model.safetensors")
@@ -113,7 +120,7 @@ def test_a_killed_worker_is_recovered_in_the_same_run(full, tmp_path, monkeypatc
     out = tmp_path / "recovered"
     result = run(load_config(SMALL + [f"trainer.output_dir={out}", "trainer.total_steps=4"]))
     assert killed and not psutil.pid_exists(killed[0])
-    assert result["summary"]["restarts"] == 1
+    assert result["summary"]["restarts"] == 1 and result["summary"]["legs"] == [0, 2]
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["train/restarts"] for r in rows] == [0, 0, 1, 1]  # steps 3-4 re-run after the recovery
     assert training_metrics(full / "metrics.jsonl") == training_metrics(out / "metrics.jsonl")

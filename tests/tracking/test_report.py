@@ -15,7 +15,7 @@ def run_dir(tmp_path):
     run = write_run(
         tmp_path / "run",
         synthetic_rows(),
-        summary={"first_mean": 0.2, "last_mean": 0.6, "gain": 0.4, "window": 2, "wall_s": 83.5},
+        summary={"first_mean": 0.2, "last_mean": 0.6, "gain": 0.4, "window": 2, "wall_s": 83.5, "legs": [0, 4, 8]},
     )
     (run / "val_generations").mkdir()
     for step in (5, 10):
@@ -71,6 +71,7 @@ def test_report_has_plots_table_summary_and_escaped_config(run_dir):
     assert "Mean over 9 step(s)" in text
     assert "<td>weight_sync</td>" in text
     # Summary: steps, wall time, first/last reward.
+    assert 'resumed after steps</th><td class="num">4, 8<' in text
     assert ">10<" in text and "83.5 s" in text and ">0.15<" in text and ">0.6<" in text
     # Config in a <pre>, escaped.
     assert "<pre>trainer:\n  experiment_name: &lt;demo &amp; test&gt;\n</pre>" in text
