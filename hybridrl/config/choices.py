@@ -58,6 +58,12 @@ class RewardOnError(Choice):
     fail = "fail"
 
 
+class RewardManager(Choice):
+    naive = "naive"
+    dapo = "dapo"
+    prime = "prime"
+
+
 class LRSchedulerType(Choice):
     constant = "constant"
     cosine = "cosine"

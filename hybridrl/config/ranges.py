@@ -19,6 +19,7 @@ def check_ranges(cfg: Config) -> None:
         _check_optimizer(section, optim)
     _check_sampling(cfg)
     _check_losses(cfg)
+    _check_rewards(cfg)
     _check_cluster(cfg)
     if cfg.actor_rollout_ref.model.path is None:
         _check_tiny_model(cfg.actor_rollout_ref.model.tiny)
@@ -147,6 +148,22 @@ def _check_losses(cfg: Config) -> None:
     ):
         if not value >= 0:
             _fail(f"{key}={value} must be >= 0 (0 = no KL term).")
+
+
+def _check_rewards(cfg: Config) -> None:
+    if cfg.data.reward_fn_key not in ("data_source", "ability"):
+        _fail(
+            f"data.reward_fn_key={cfg.data.reward_fn_key!r}: the reward function is picked by data_source or ability "
+            f"(the columns hybridrl keeps from the data); other columns are not supported yet."
+        )
+    buffer, max_length = cfg.reward_model.overlong_buffer, cfg.data.max_response_length
+    if buffer.enable and not 0 < buffer.len <= max_length:
+        _fail(
+            f"reward_model.overlong_buffer.len={buffer.len} must lie in (0, data.max_response_length={max_length}] "
+            f"when overlong_buffer.enable=true."
+        )
+    if buffer.enable and cfg.reward_model.reward_manager != "dapo":
+        _fail("reward_model.overlong_buffer.enable=true needs reward_model.reward_manager=dapo (as in verl).")
 
 
 def _check_cluster(cfg: Config) -> None:

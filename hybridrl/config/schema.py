@@ -23,6 +23,7 @@ from hybridrl.config.choices import (
     LRSchedulerType,
     PipelineSchedule,
     Precision,
+    RewardManager,
     RewardOnError,
     RolloutName,
     ShardingStrategy,
@@ -325,6 +326,9 @@ class DataConfig:
     train_files: Any = doc(None, "verl-format parquet file(s) (one path or a list); null = the built-in task")
     val_files: Any = doc(None, "parquet file(s) for validation; null = held-out prompts of the built-in task")
     prompt_key: str = doc("prompt", "parquet column with the chat messages")
+    reward_fn_key: str = doc(
+        "data_source", "the column that picks the reward function and is passed as data_source: data_source | ability"
+    )
     filter_overlong_prompts: bool = doc(True, "drop prompts longer than max_prompt_length (the count is logged)")
     truncation: Truncation = doc(Truncation.error, "for overlong prompts that are not filtered: error | left | right")
     task: str = doc("copy", "built-in task that makes prompts and scores answers (see hybridrl/data/tasks.py)")
@@ -366,6 +370,16 @@ class RewardModelModelConfig:
 
 
 @dataclass(frozen=True)
+class OverlongBufferConfig:
+    """DAPO's soft penalty for responses that run into the end of the length budget (verl's keys)."""
+
+    enable: bool = doc(False, "reward_manager=dapo: penalise responses longer than max_response_length - len")
+    len: int = doc(0, "tokens at the end of data.max_response_length where the penalty grows from 0")
+    penalty_factor: float = doc(1.0, "the penalty at data.max_response_length (linear across the buffer)")
+    log: bool = doc(False, "log reward/overlong_penalty/mean and reward/overlong/mean")
+
+
+@dataclass(frozen=True)
 class RewardModelConfig:
     enable: bool = doc(False, "score (prompt + response) text with a learned reward model on its own role")
     model: RewardModelModelConfig = section(RewardModelModelConfig)
@@ -375,6 +389,12 @@ class RewardModelConfig:
     micro_batch_size_per_gpu: int = doc(32, "sequences per forward")
     weight: float = doc(1.0, "score = rule reward (if use_rule_reward) + weight * reward-model score")
     use_rule_reward: bool = doc(True, "add the data_source's rule reward function's score")
+    reward_manager: RewardManager = doc(
+        RewardManager.naive,
+        "verl's names: naive (each sample its data_source's function) | prime (the same: every manager scores in "
+        "parallel processes under reward.timeout_s) | dapo (naive + overlong_buffer's length penalty)",
+    )
+    overlong_buffer: OverlongBufferConfig = section(OverlongBufferConfig, "reward_manager=dapo's length penalty")
 
 
 @dataclass(frozen=True)

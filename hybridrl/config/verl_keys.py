@@ -42,7 +42,7 @@ _ROLLOUT_N = "use actor_rollout_ref.rollout.n, which verl's key only mirrors"
 _ROUTER_REPLAY = "not supported yet: MoE router replay"
 _NO_GRADIENTS = "not needed in hybridrl: the reference runs without gradients"
 _REWARD_MANAGER = (
-    "not supported yet: choosing a reward manager (each sample gets its data_source's function, as verl's naive)"
+    "use reward_model.reward_manager (naive, prime or dapo); a reward manager class of your own is not supported yet"
 )
 _REWARD_LOOP = "not supported yet: a custom reward-loop class"
 _MULTI_MODAL = "not supported yet: multi-modal (image and video) data"
@@ -310,10 +310,6 @@ VERL_ANSWERS: tuple[tuple[str, str], ...] = (
     ("data.train_max_samples", "not supported yet: training on a random subset of data.train_files"),
     ("data.val_max_samples", "not supported yet: validating on a random subset of data.val_files"),
     (
-        "data.reward_fn_key",
-        "not supported yet: choosing the reward function by a column other than data_source",
-    ),
-    (
         "data.val_batch_size",
         "not supported yet: a validation batch size of its own (validation uses data.train_batch_size)",
     ),
@@ -451,7 +447,6 @@ VERL_ANSWERS: tuple[tuple[str, str], ...] = (
         "reward_model.forward_max_token_len_per_gpu",
         "not supported yet: token-budget micro-batches for the reward model",
     ),
-    ("reward_model.reward_manager", _REWARD_MANAGER),
     ("reward_model.reward_loop_source", _REWARD_LOOP),
     ("reward_model.reward_loop_module_path", _REWARD_LOOP),
     ("reward_model.reward_loop_class_name", _REWARD_LOOP),

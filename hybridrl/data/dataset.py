@@ -48,6 +48,7 @@ class PromptDataset:
             },
             non_tensors={
                 "data_source": [r.data_source for r in rows],
+                "ability": [r.ability for r in rows],
                 "ground_truth": [r.ground_truth for r in rows],
                 "prompt_text": [r.prompt for r in rows],
                 "extra_info": [r.extra_info for r in rows],

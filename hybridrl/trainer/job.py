@@ -80,7 +80,8 @@ def check_datasets(cfg: Config, dataset: PromptDataset, val_dataset: PromptDatas
         )
     if cfg.custom_reward_function.path or (cfg.reward_model.enable and not cfg.reward_model.use_rule_reward):
         return
-    sources = {e.data_source for d in (dataset, val_dataset) if d is not None for e in d.examples}
+    key = cfg.data.reward_fn_key
+    sources = {getattr(e, key) for d in (dataset, val_dataset) if d is not None for e in d.examples}
     missing = sorted(str(s) for s in sources if s not in REWARD_FNS)
     if missing:
         raise ConfigError(
@@ -312,7 +313,13 @@ def _train_leg(parts: RunParts, resume_from: Path | None, restarts: int) -> tupl
             parts.monitor,
             perf,
             parts.checkpoints if cfg.trainer.save_freq > 0 else None,
-            reward=RewardStep(cfg.reward_model, parts.scorer, roles.reward_model),
+            reward=RewardStep(
+                cfg.reward_model,
+                parts.scorer,
+                roles.reward_model,
+                reward_fn_key=cfg.data.reward_fn_key,
+                max_response_length=cfg.data.max_response_length,
+            ),
             val_dataset=parts.val_dataset,
             output_dir=output_dir,
             restarts=restarts,

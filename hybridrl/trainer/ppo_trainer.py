@@ -80,7 +80,13 @@ class PPOTrainer:
         self.output_dir = output_dir
         self._update_started = False
         self._last_saved = 0
-        self.reward = reward or RewardStep(cfg.reward_model, RewardScorer.from_config(cfg), roles.reward_model)
+        self.reward = reward or RewardStep(
+            cfg.reward_model,
+            RewardScorer.from_config(cfg),
+            roles.reward_model,
+            reward_fn_key=cfg.data.reward_fn_key,
+            max_response_length=cfg.data.max_response_length,
+        )
         self.checkpoints = checkpoints  # a CheckpointManager, or None for no checkpoints
         self.monitor = monitor or RunMonitor()
         self.perf = perf

@@ -7,9 +7,18 @@ from dataclasses import dataclass, field
 import torch
 
 from hybridrl.cluster.role_clients import RewardModelClient
-from hybridrl.config.schema import RewardModelConfig
+from hybridrl.config.choices import RewardManager
+from hybridrl.config.schema import OverlongBufferConfig, RewardModelConfig
 from hybridrl.protocol import Batch
 from hybridrl.rewards.scorer import RewardScorer
+
+
+def overlong_penalty(lengths: torch.Tensor, max_length: int, buffer: OverlongBufferConfig) -> torch.Tensor:
+    """DAPO's soft overlong punishment: 0 up to ``max_length - buffer.len`` tokens, then falling linearly
+    to ``-penalty_factor`` at ``max_length`` (Yu et al. 2025, as verl's dapo reward manager)."""
+    expected = max_length - buffer.len
+    exceed = lengths.float() - expected
+    return torch.clamp(-exceed / max(buffer.len, 1) * buffer.penalty_factor, max=0.0)
 
 
 @dataclass
@@ -24,12 +33,24 @@ class RewardStep:
     """score = rule reward (if used) + weight x reward-model score (if enabled), per sequence."""
 
     def __init__(
-        self, cfg: RewardModelConfig, scorer: RewardScorer, reward_model: RewardModelClient | None = None
+        self,
+        cfg: RewardModelConfig,
+        scorer: RewardScorer,
+        reward_model: RewardModelClient | None = None,
+        *,
+        reward_fn_key: str = "data_source",
+        max_response_length: int = 0,
     ) -> None:
+        """``reward_fn_key``: the column that picks each sample's function (verl's ``data.reward_fn_key``);
+        ``max_response_length``: the length budget dapo's overlong penalty counts back from."""
         self.scorer = scorer
         self.reward_model = reward_model  # None when reward_model.enable=false
         self.use_rule = reward_model is None or cfg.use_rule_reward
         self.weight = cfg.weight
+        self.reward_fn_key = reward_fn_key
+        buffer = cfg.overlong_buffer
+        self.overlong = buffer if cfg.reward_manager == RewardManager.dapo and buffer.enable else None
+        self.max_response_length = max_response_length
 
     def __call__(self, batch: Batch, metrics: dict[str, float] | None = None) -> Rewards:
         """Scores ``batch``; with ``metrics``, adds the failure count, the extras' means and the reward
@@ -37,8 +58,18 @@ class RewardStep:
         nt = batch.non_tensors
         out = Rewards(torch.zeros(len(batch), dtype=torch.float32))
         if self.use_rule:
-            scored = self.scorer.score(nt["data_source"], nt["response_text"], nt["ground_truth"], nt.get("extra_info"))
+            scored = self.scorer.score(
+                nt[self.reward_fn_key], nt["response_text"], nt["ground_truth"], nt.get("extra_info")
+            )
             out.scores += torch.tensor(scored.scores, dtype=torch.float32)
+            if self.overlong is not None:
+                penalty = overlong_penalty(
+                    batch.tensors["response_mask"].sum(-1), self.max_response_length, self.overlong
+                )
+                out.scores += penalty
+                if metrics is not None and self.overlong.log:
+                    metrics["reward/overlong_penalty/mean"] = float(penalty.mean())
+                    metrics["reward/overlong/mean"] = float((penalty < 0).float().mean())
             out.extras = {k: torch.tensor(v, dtype=torch.float32) for k, v in scored.extras.items()}
             if metrics is not None:
                 metrics["reward/failed"] = metrics.get("reward/failed", 0.0) + scored.failed
