@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from hybridrl.checkpoint.manager import CheckpointError
 from hybridrl.cluster.errors import (
@@ -25,7 +26,7 @@ from hybridrl.trainer.run_lock import RunLockError
 
 logger = logging.getLogger("hybridrl")
 
-USAGE = """usage: python -m hybridrl.trainer.main_ppo [--config FILE.yaml] [key=value ...]
+USAGE = """usage: python -m hybridrl.trainer.main_ppo [--config FILE.yaml | --config-path DIR --config-name NAME] [key=value ...]
 
 Trains with PPO (or GRPO and friends, by algorithm.adv_estimator). With no arguments it runs the embedded
 default: a tiny model learns a copy task on a local Ray cluster. Overrides use dotted keys, as verl's:
@@ -35,20 +36,53 @@ docs/CONFIG.md says what each means.
 """
 
 
+def split_options(argv: list[str]) -> tuple[str | None, list[str]]:
+    """The config file the leading options name, and the overrides after them: ``--config FILE`` (``-c``,
+    ``--config=FILE``), or Hydra's ``--config-path DIR --config-name NAME`` (``DIR/NAME.yaml``) as verl's
+    command lines write it."""
+    options: dict[str, str] = {}
+    rest = list(argv)
+    while rest and rest[0].startswith("-"):
+        flag, sep, value = rest.pop(0).partition("=")
+        name = {"-c": "--config"}.get(flag, flag)
+        if name not in ("--config", "--config-path", "--config-name"):
+            break
+        what = {"--config": "a YAML file path", "--config-path": "a directory", "--config-name": "a file name"}[name]
+        if not sep:
+            if not rest or "=" in rest[0] or rest[0].startswith("-"):
+                raise ConfigError(f"{name} needs {what}, before the key=value overrides.")
+            value = rest.pop(0)
+        if not value:
+            raise ConfigError(f"{name} needs {what}, before the key=value overrides.")
+        options[name] = value
+    else:
+        return _yaml_path(options), rest
+    raise ConfigError(f"'{flag}' is not an option here: use --config FILE (or --config-path/--config-name) first.")
+
+
+def _yaml_path(options: dict[str, str]) -> str | None:
+    if "--config" in options:
+        if "--config-path" in options or "--config-name" in options:
+            raise ConfigError("Give --config FILE, or --config-path DIR with --config-name NAME, not both.")
+        return options["--config"]
+    if "--config-name" not in options:
+        if "--config-path" in options:
+            raise ConfigError("--config-path needs --config-name NAME (the YAML file in it, without .yaml).")
+        return None
+    name = options["--config-name"]
+    name = name if name.endswith((".yaml", ".yml")) else name + ".yaml"
+    return str(Path(options.get("--config-path", ".")) / name)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     setup_logging()
     argv = list(sys.argv[1:] if argv is None else argv)
-    yaml_path = None
     if argv and argv[0] in ("--help", "-h"):
         sys.stdout.write(USAGE)
         return 0
-    if argv and argv[0] in ("--config", "-c"):
-        if len(argv) < 2 or not argv[1] or "=" in argv[1]:
-            logger.error("Config error: --config needs a YAML file path, before the key=value overrides.")
-            return 2
-        yaml_path, argv = argv[1], argv[2:]
     try:
-        cfg = load_config(argv, yaml_path=yaml_path)
+        yaml_path, overrides = split_options(argv)
+        cfg = load_config(overrides, yaml_path=yaml_path)
     except ConfigError as exc:
         logger.error("Config error: %s", exc)
         return 2
