@@ -10,7 +10,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
 
 from hybridrl.checkpoint.dcp_io import read_full_model
 from hybridrl.checkpoint.manager import STATE
-from hybridrl.models.loader import config_for_export, load_tokenizer
+from hybridrl.models.loader import auto_tokenizer_mismatch, config_for_export, load_tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +44,15 @@ def export_actor(checkpoint_dir: str | Path, out_dir: str | Path) -> Path:
     model.save_pretrained(out_dir, safe_serialization=True)
     if (hf_meta / "generation_config.json").exists():
         GenerationConfig.from_pretrained(hf_meta, local_files_only=True).save_pretrained(out_dir)
-    load_tokenizer(str(hf_meta)).save_pretrained(out_dir)
+    tokenizer = load_tokenizer(str(hf_meta))
+    tokenizer.save_pretrained(out_dir)
+    mismatch = auto_tokenizer_mismatch(out_dir, tokenizer)
+    if mismatch:
+        logger.warning(
+            "%s: %s. Load its tokenizer with PreTrainedTokenizerFast.from_pretrained (or "
+            "hybridrl.models.loader.load_tokenizer) to get the training tokenizer.",
+            out_dir,
+            mismatch,
+        )
     logger.info("Exported %s to %s", checkpoint_dir, out_dir)
     return out_dir

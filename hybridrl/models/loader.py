@@ -94,6 +94,22 @@ def empty_causal_lm(
     return model, WeightSource(path)
 
 
+SAMPLE_TEXT = "Tokenizer check: 12 + 34 = 46.\n#### 46"
+
+
+def auto_tokenizer_mismatch(directory: str | Path, trained: PreTrainedTokenizerBase) -> str | None:
+    """Why ``AutoTokenizer.from_pretrained(directory)`` would not tokenize as ``trained`` did (a different
+    class, or different ids on a sample), or None. transformers 5 picks some classes by the config's
+    model_type whatever the tokenizer config says (every ``qwen2`` model gets ``Qwen2Tokenizer``), so an
+    export can load differently from the tokenizer it was trained with; the export says so."""
+    loaded = AutoTokenizer.from_pretrained(directory, local_files_only=True)
+    if type(loaded) is not type(trained):
+        return f"AutoTokenizer loads it as {type(loaded).__name__}, training used {type(trained).__name__}"
+    if loaded(SAMPLE_TEXT)["input_ids"] != trained(SAMPLE_TEXT)["input_ids"]:
+        return "AutoTokenizer's ids differ from the training tokenizer's on a sample text"
+    return None
+
+
 def config_for_export(config: PretrainedConfig) -> PretrainedConfig:
     """A copy of ``config`` fit to publish: training turns the KV cache off (``use_cache=False``) for its
     forward passes, and an exported model must generate with it on, as the original did."""
