@@ -3,65 +3,14 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.data.char_tokenizer import build_char_tokenizer
+from tests.examples.gsm8k_fixture import fixture_parquet, tiny_llama
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def tiny_llama(directory: Path) -> Path:
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    tok = build_char_tokenizer()
-    config = LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-        pad_token_id=tok.pad_token_id,
-        eos_token_id=tok.eos_token_id,
-        bos_token_id=None,
-    )
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(config)
-    model.generation_config.pad_token_id = tok.pad_token_id
-    model.save_pretrained(directory)
-    tok.save_pretrained(directory)
-    return directory
-
-
-def fixture_parquet(directory: Path) -> tuple[Path, Path]:
-    rows = [
-        {"question": f"What is {a} plus {b}?", "answer": f"{a} + {b} = {a + b}\n#### {a + b}"}
-        for a, b in [(1, 2), (3, 4), (5, 1), (2, 2), (7, 1), (0, 9), (4, 4), (6, 3)]
-    ]
-    for split, chunk in (("train", rows), ("test", rows[:4])):
-        src = directory / f"{split}.jsonl"
-        src.write_text("".join(json.dumps(r) + "\n" for r in chunk))
-        subprocess.run(
-            [
-                sys.executable,
-                str(ROOT / "examples/data_preprocess/gsm8k.py"),
-                "--input",
-                str(src),
-                "--split-name",
-                split,
-                "--output-dir",
-                str(directory / "gsm8k"),
-            ],
-            check=True,
-        )
-    return directory / "gsm8k" / "train.parquet", directory / "gsm8k" / "test.parquet"
 
 
 def test_gsm8k_example_runs(tmp_path):

@@ -10,7 +10,7 @@ import pytest
 from transformers import AutoConfig, AutoTokenizer, Qwen2Config, Qwen2Tokenizer
 
 from hybridrl.models.loader import SAMPLE_TEXT, auto_tokenizer_mismatch, config_for_export, load_tokenizer
-from tests.examples.test_gsm8k_example import tiny_llama
+from tests.examples.gsm8k_fixture import tiny_llama
 from tests.tiny_models import tiny
 
 

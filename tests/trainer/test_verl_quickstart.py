@@ -8,7 +8,7 @@ import json
 import pytest
 
 from hybridrl.trainer.main_ppo import main
-from tests.examples.test_gsm8k_example import fixture_parquet, tiny_llama
+from tests.examples.gsm8k_fixture import fixture_parquet, tiny_llama
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
