@@ -201,9 +201,9 @@ def load_config(overrides: Iterable[str] = (), yaml_path: str | None = None) -> 
                 del node[leaf]
     for layer in layers:
         _lists_from_scalars(layer, schema)
+    if _model_path(layers) is None:  # the built-in tiny model and task: its own settings under the user's
+        layers = [OmegaConf.create(TINY_RUN), *layers]
     cfg = _merge(schema, layers)
-    if OmegaConf.select(cfg, "actor_rollout_ref.model.path") is None:  # the built-in tiny model and task
-        cfg = _merge(schema, [OmegaConf.create(TINY_RUN), *layers])
     try:  # resolves interpolations such as trainer.output_dir's
         missing = sorted(OmegaConf.missing_keys(cfg))
         if missing:
@@ -238,6 +238,19 @@ def _verl_sizes(cfg: Config) -> Config:
 
 
 _ABSENT = object()
+
+
+def _model_path(layers: list[DictConfig]) -> Any:
+    """``actor_rollout_ref.model.path`` as the layers leave it (the last one that sets it; else the
+    schema's null), read before merging so that the merge runs once."""
+    path = None
+    for layer in layers:
+        node: Any = layer
+        for part in ("actor_rollout_ref", "model"):
+            node = node.get(part) if isinstance(node, DictConfig) else None
+        if isinstance(node, DictConfig) and "path" in node:
+            path = dict(node.items_ex(resolve=False))["path"]  # unresolved: an interpolation counts as set
+    return path
 
 
 def _merge(schema: DictConfig, layers: list[DictConfig]) -> DictConfig:

@@ -27,7 +27,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
-from typing import Any
+from typing import Any, cast
 
 from hybridrl.rewards.registry import RewardError, RewardFn, Scored, function_name, score_sample
 
@@ -130,10 +130,9 @@ class RewardProcesses:
         """Each sample's score, or the RewardError that says why it has none; never raises for one sample."""
         results: list[Scored | RewardError | None] = [None] * len(samples)
         queue = deque(range(len(samples)))
-        for i, child in enumerate(self._children):  # one that died between batches (killed from outside)
+        for child in self._children:  # one that died between batches (killed from outside)
             if child.proc.poll() is not None:
-                child.stop()
-                self._children[i] = _Child()
+                self._replace(child)
         while len(self._children) < min(self.num_workers, len(samples)):
             self._children.append(_Child())
         deadline = time.monotonic() + self.timeout_s
@@ -154,24 +153,23 @@ class RewardProcesses:
                 try:
                     _, value, error = child.inbox.recv()
                 except (EOFError, OSError):
-                    child.stop()
+                    replacement = self._replace(child)
                     results[index] = RewardError(
                         f"The reward process scoring {_sample_text(index, samples[index])} with "
                         f"{function_name(samples[index].fn)} died ({_describe_exit(child.proc.returncode)}): a crash in "
                         f"the reward function or a library it calls; fix it (reward.on_error=fail scores such "
                         f"samples as failed)."
                     )
-                    self._children[self._children.index(child)] = replacement = _Child()
                     idle.append(replacement)
                     continue
                 results[index] = RewardError(error) if error is not None else value
                 child.running = None
                 idle.append(child)
-        return [r if r is not None else RewardError("not scored") for r in results]
+        return cast(list[Scored | RewardError], results)  # every sample has its outcome now
 
     def _time_out(self, samples: Sequence[Sample], results: list[Scored | RewardError | None]) -> None:
         """The batch's deadline passed: the samples still running are the slow ones; their processes go."""
-        for i, child in enumerate(self._children):
+        for child in list(self._children):
             if child.running is None:
                 continue
             index = child.running
@@ -180,8 +178,7 @@ class RewardProcesses:
                 f"{self.timeout_s:g} s on {_sample_text(index, samples[index])}: it hangs or is too slow; fix it, or "
                 f"raise reward.timeout_s (reward.num_workers scores more samples at once)."
             )
-            child.stop()
-            self._children[i] = _Child()
+            self._replace(child)
         for index, value in enumerate(results):
             if value is None:
                 results[index] = RewardError(
@@ -189,6 +186,12 @@ class RewardProcesses:
                     f"{_sample_text(index, samples[index])}: the batch's reward.timeout_s={self.timeout_s:g} s ran "
                     f"out first; raise reward.timeout_s or reward.num_workers."
                 )
+
+    def _replace(self, child: _Child) -> _Child:
+        """Stop ``child`` (dead, or running past the deadline) and put a fresh process in its place."""
+        child.stop()
+        self._children[self._children.index(child)] = fresh = _Child()
+        return fresh
 
     def close(self) -> None:
         for child in self._children:
