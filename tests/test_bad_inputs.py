@@ -259,7 +259,37 @@ CONFIG_VALUES = [
         marks=pytest.mark.skipif(importlib.util.find_spec("mlflow") is not None, reason="mlflow is installed"),
     ),
     pytest.param(["data.truncation=middle"], 2, r"data\.truncation='middle' is not valid", id="truncation"),
-    pytest.param(["actor_rollout_ref.rollout.name=vllm"], 2, r"rollout\.name='vllm' is not valid", id="rollout-name"),
+    pytest.param(
+        ["actor_rollout_ref.rollout.name=trtllm"], 2, r"rollout\.name='trtllm' is not valid", id="rollout-name"
+    ),
+    pytest.param(
+        ["actor_rollout_ref.rollout.name=sglang", "trainer.device=cpu"],
+        2,
+        r"rollout\.name=sglang needs SGLang on CUDA GPUs",
+        id="rollout-sglang-on-cpu",
+    ),
+    pytest.param(
+        ["actor_rollout_ref.rollout.tensor_model_parallel_size=2"],
+        2,
+        r"tensor_model_parallel_size=2: the hf engine .* without tensor parallelism",
+        id="rollout-hf-tp",
+    ),
+    pytest.param(
+        ["actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.tensor_model_parallel_size=3"],
+        2,
+        r"tensor_model_parallel_size=3 must divide the actor's 2 workers",
+        id="rollout-vllm-tp",
+    ),
+    pytest.param(
+        ["actor_rollout_ref.rollout.name=vllm"],
+        2,
+        r"rollout\.name=vllm needs vLLM, which is not installed: pip install 'hybridrl\[vllm\]'",
+        id="rollout-vllm-missing",
+        marks=pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here"),
+    ),
+    pytest.param(
+        ["algorithm.rollout_correction.rollout_is=tokens"], 2, r"rollout_is='tokens' is not valid", id="rollout-is"
+    ),
     pytest.param(["actor_rollout_ref.rollout.dtype=int8"], 2, r"rollout\.dtype='int8' is not valid", id="dtype"),
     pytest.param(["algorithm.adv_estimator=ppo2"], 2, r"algorithm\.adv_estimator='ppo2' is not valid", id="adv"),
     pytest.param(["algorithm.kl_penalty=k4"], 2, r"algorithm\.kl_penalty='k4' is not valid", id="kl-penalty"),

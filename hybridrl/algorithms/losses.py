@@ -149,8 +149,12 @@ def _policy_loss_outputs(
     log_ratio: torch.Tensor,
     valid: torch.Tensor,
     loss_agg_mode: str,
+    is_weights: torch.Tensor | None,
 ) -> dict[str, torch.Tensor]:
-    """The keys every policy loss returns: the aggregated loss (with grad) and detached diagnostics."""
+    """The keys every policy loss returns: the aggregated loss (with grad) and detached diagnostics.
+    ``is_weights`` (B, T): rollout-correction weights on each token's loss (``rollout_correction``)."""
+    if is_weights is not None:
+        pg_losses = pg_losses * is_weights.to(pg_losses.dtype)
     return {
         "pg_loss": agg_loss(pg_losses, valid, loss_agg_mode),
         "pg_clipfrac": pg_clipfrac.detach(),
@@ -168,6 +172,7 @@ def compute_policy_loss(
     clip_ratio_high: float = 0.2,
     clip_ratio_c: float | None = None,
     loss_agg_mode: str = "token-mean",
+    is_weights: torch.Tensor | None = None,
 ) -> dict[str, torch.Tensor]:
     """PPO clipped surrogate (Schulman et al. 2017), optionally dual-clipped (Ye et al. 2020).
 
@@ -194,7 +199,7 @@ def compute_policy_loss(
     pg_losses, pg_clipfrac, pg_clipfrac_lower = _clipped_surrogate(
         ratio, adv, valid, clip_ratio_low, clip_ratio_high, clip_ratio_c
     )
-    return _policy_loss_outputs(pg_losses, pg_clipfrac, pg_clipfrac_lower, log_ratio, valid, loss_agg_mode)
+    return _policy_loss_outputs(pg_losses, pg_clipfrac, pg_clipfrac_lower, log_ratio, valid, loss_agg_mode, is_weights)
 
 
 def compute_policy_loss_gspo(
@@ -206,6 +211,7 @@ def compute_policy_loss_gspo(
     clip_ratio_high: float = 4e-4,
     clip_ratio_c: float | None = None,
     loss_agg_mode: str = "seq-mean-token-mean",
+    is_weights: torch.Tensor | None = None,
 ) -> dict[str, torch.Tensor]:
     """GSPO (Zheng et al. 2025, Group Sequence Policy Optimization): sequence-level ratio.
 
@@ -244,7 +250,7 @@ def compute_policy_loss_gspo(
     pg_losses, pg_clipfrac, pg_clipfrac_lower = _clipped_surrogate(
         ratio, adv, valid, clip_ratio_low, clip_ratio_high, clip_ratio_c
     )
-    return _policy_loss_outputs(pg_losses, pg_clipfrac, pg_clipfrac_lower, log_ratio, valid, loss_agg_mode)
+    return _policy_loss_outputs(pg_losses, pg_clipfrac, pg_clipfrac_lower, log_ratio, valid, loss_agg_mode, is_weights)
 
 
 PolicyLossFn = Callable[..., "dict[str, torch.Tensor]"]

@@ -71,6 +71,15 @@ class LRSchedulerType(Choice):
 
 class RolloutName(Choice):
     hf = "hf"
+    vllm = "vllm"
+    sglang = "sglang"
+
+
+class RolloutCorrection(Choice):
+    """verl's ``rollout_is``: importance weights for the rollout-vs-trainer gap, per token or per sequence."""
+
+    token = "token"
+    sequence = "sequence"
 
 
 class KLControlType(Choice):

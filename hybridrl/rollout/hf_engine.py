@@ -4,9 +4,9 @@ FSDP-sharded modules all-gather inside every forward, so ranks that stop generat
 times would deadlock; generating on a plain module after an explicit, timed weight hand-over keeps
 ranks independent during rollout (the same reason verl hands weights to vLLM).
 
-The engine keeps the rollout interface an inference engine (vLLM, SGLang) has: ``load_weights`` from an
-iterator of ``(name, tensor)`` (the trainer streams them one at a time), ``release``/``resume`` of its
-memory between rollouts, and ``generate``.
+The dependency-free default engine: no paged KV cache and no continuous batching, so a rank's rows go
+through ``generate`` in chunks of at most ``max_tokens_per_generate`` prompt+response tokens, which
+bounds the KV cache one call holds (an inference engine schedules that itself).
 """
 
 from __future__ import annotations
@@ -14,32 +14,44 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import torch
-from transformers import PreTrainedModel
+from transformers import LogitsProcessor, LogitsProcessorList, PreTrainedModel
 
 from hybridrl.models.weights import materialize
+from hybridrl.parallel.engine import state_digest
 from hybridrl.parallel.offload import HOST, move_module
+from hybridrl.rollout.base import rollout_batch
 
 
-def response_mask_from(
-    responses: torch.Tensor, eos_token_id: int | list[int] | None, pad_token_id: int
-) -> torch.Tensor:
-    """1 up to and including the first EOS of each row, 0 after it."""
-    # responses: (B, R)
-    eos_ids = [] if eos_token_id is None else ([eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id))
-    is_eos = torch.zeros_like(responses, dtype=torch.bool)
-    for eos in eos_ids:
-        is_eos |= responses == eos
-    # Count EOS tokens strictly before each position; positions after the first EOS see >= 1.
-    eos_before = torch.cumsum(is_eos.long(), dim=1) - is_eos.long()
-    mask = (eos_before == 0).long()
-    if not eos_ids:
-        mask &= (responses != pad_token_id).long()
-    return mask
+class _SampledLogProbs(LogitsProcessor):
+    """Records the log-probability of each sampled token under the temperature-scaled distribution
+    (the one the trainer scores with), keeping one step of (B, V) log-probs, never the whole history.
 
+    ``generate`` runs custom processors before its temperature/top-k/top-p warpers, so ``scores`` here
+    are the model's logits; the token sampled from step t's scores is the last input id at step t+1."""
 
-def position_ids_from(attention_mask: torch.Tensor) -> torch.Tensor:
-    """Positions that skip left padding: the first real token of each row is position 0."""
-    return (torch.cumsum(attention_mask, dim=1) - 1).clamp(min=0)
+    def __init__(self, temperature: float) -> None:
+        self.temperature = temperature
+        self.last: torch.Tensor | None = None  # (B, V)
+        self.columns: list[torch.Tensor] = []
+
+    def _take(self, tokens: torch.Tensor) -> None:
+        if self.last is not None:
+            self.columns.append(self.last.gather(1, tokens[:, None]).squeeze(1))
+            self.last = None
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        self._take(input_ids[:, -1])
+        self.last = torch.log_softmax(scores.float() / self.temperature, dim=-1)
+        return scores
+
+    def finish(self, responses: torch.Tensor) -> torch.Tensor:
+        """(B, R) log-probs of ``responses``, the tokens generated."""
+        self._take(responses[:, -1])
+        return (
+            torch.stack(self.columns, dim=1)
+            if self.columns
+            else responses.new_zeros(responses.shape, dtype=torch.float)
+        )
 
 
 class HFRolloutEngine:
@@ -50,15 +62,18 @@ class HFRolloutEngine:
         eos_token_id: int | list[int] | None,
         *,
         free_cache: bool = False,
+        max_tokens_per_generate: int | None = None,
     ) -> None:
         """``free_cache``: move the weights to host memory between rollouts (only where the model lives on
-        an accelerator: on the host there is nothing to free)."""
+        an accelerator: on the host there is nothing to free). ``max_tokens_per_generate``: prompt +
+        response tokens of the rows one ``generate`` call holds (None = every row at once)."""
         self.model = model.eval()
         self.model.requires_grad_(False)
         self.pad_token_id = pad_token_id
         self.eos_token_id = eos_token_id
         self.device = next(model.parameters()).device
         self.free_cache = free_cache and self.device != HOST
+        self.max_tokens_per_generate = max_tokens_per_generate
         self.released = False
 
     @torch.no_grad()
@@ -97,6 +112,14 @@ class HFRolloutEngine:
                 materialize(self.model, self.device)
             self.released = False
 
+    def weights_digest(self) -> str:
+        return state_digest(self.model.state_dict())
+
+    def rows_per_call(self, prompt_len: int, max_new_tokens: int, rows: int) -> int:
+        if self.max_tokens_per_generate is None:
+            return max(rows, 1)
+        return max(1, self.max_tokens_per_generate // (prompt_len + max_new_tokens))
+
     @torch.no_grad()
     def generate(
         self,
@@ -112,39 +135,59 @@ class HFRolloutEngine:
     ) -> dict[str, torch.Tensor]:
         """Sample responses for left-padded prompts; outputs are padded to ``max_new_tokens``."""
         # input_ids, attention_mask: (B, P)
+        step = self.rows_per_call(input_ids.shape[1], max_new_tokens, input_ids.shape[0])
+        sampling = (
+            dict(do_sample=True, temperature=temperature, top_k=top_k if top_k > 0 else None, top_p=top_p)
+            if do_sample
+            else dict(do_sample=False, temperature=None, top_k=None, top_p=None)
+        )
         generator_state = torch.random.get_rng_state()
         torch.manual_seed(seed)
         try:
-            sampling = (
-                dict(do_sample=True, temperature=temperature, top_k=top_k if top_k > 0 else None, top_p=top_p)
-                if do_sample
-                else dict(do_sample=False, temperature=None, top_k=None, top_p=None)
-            )
-            out = self.model.generate(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
-                max_new_tokens=max_new_tokens,
-                min_new_tokens=0,
-                pad_token_id=self.pad_token_id,
-                eos_token_id=self.eos_token_id,
-                use_cache=True,
-                **sampling,
-            )
+            parts = [
+                self._generate_rows(
+                    input_ids[i : i + step], attention_mask[i : i + step], max_new_tokens, temperature, sampling
+                )
+                for i in range(0, input_ids.shape[0], step)
+            ]
         finally:
             torch.random.set_rng_state(generator_state)
-        prompt_len = input_ids.shape[1]
-        responses = out[:, prompt_len:]  # (B, <=R)
-        if responses.shape[1] < max_new_tokens:
-            pad = responses.new_full((responses.shape[0], max_new_tokens - responses.shape[1]), self.pad_token_id)
-            responses = torch.cat([responses, pad], dim=1)  # (B, R)
-        response_mask = response_mask_from(responses, self.eos_token_id, self.pad_token_id)
-        responses = torch.where(response_mask.bool(), responses, torch.full_like(responses, self.pad_token_id))
-        full_mask = torch.cat([attention_mask, response_mask], dim=1)  # (B, P+R)
-        return {
-            "prompts": input_ids,
-            "responses": responses,
-            "input_ids": torch.cat([input_ids, responses], dim=1),
-            "attention_mask": full_mask,
-            "position_ids": position_ids_from(full_mask),
-            "response_mask": response_mask,
-        }
+        responses = torch.cat([p[0] for p in parts])  # (B, R)
+        log_probs = torch.cat([p[1] for p in parts])  # (B, R)
+        return rollout_batch(
+            input_ids,
+            attention_mask,
+            responses,
+            log_probs,
+            eos_token_id=self.eos_token_id,
+            pad_token_id=self.pad_token_id,
+        )
+
+    def _generate_rows(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        max_new_tokens: int,
+        temperature: float,
+        sampling: dict,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One ``generate`` call: (B, R) responses and their log-probs, right-padded to ``max_new_tokens``."""
+        recorder = _SampledLogProbs(temperature if sampling["do_sample"] else 1.0)
+        out = self.model.generate(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            max_new_tokens=max_new_tokens,
+            min_new_tokens=0,
+            pad_token_id=self.pad_token_id,
+            eos_token_id=self.eos_token_id,
+            use_cache=True,
+            logits_processor=LogitsProcessorList([recorder]),
+            **sampling,
+        )
+        responses = out[:, input_ids.shape[1] :]  # (B, <=R)
+        log_probs = recorder.finish(responses)
+        missing = max_new_tokens - responses.shape[1]
+        if missing > 0:
+            responses = torch.cat([responses, responses.new_full((responses.shape[0], missing), self.pad_token_id)], 1)
+            log_probs = torch.cat([log_probs, log_probs.new_zeros((log_probs.shape[0], missing))], 1)
+        return responses, log_probs

@@ -18,6 +18,7 @@ import torch
 from hybridrl.algorithms.advantages import get_adv_estimator
 from hybridrl.algorithms.filtering import groups_with_signal
 from hybridrl.algorithms.kl_control import apply_kl_penalty, make_kl_controller
+from hybridrl.algorithms.rollout_correction import rollout_is_weights, rollout_probs_diff
 from hybridrl.checkpoint.manager import CheckpointError, CheckpointManager
 from hybridrl.checkpoint.shards import rng_state
 from hybridrl.cluster.errors import WorkerCallError, system_failure
@@ -189,6 +190,25 @@ class PPOTrainer:
             with self.monitor.phase("values", timings):
                 batch.union(self.roles.critic.compute_values(forward_in))
 
+    def _rollout_gap(self, batch: Batch, metrics: dict) -> None:
+        """How far the rollout engine's log-probs are from the trainer's, and (``rollout_correction``) the
+        truncated importance weights that correct the policy loss for it."""
+        t = batch.tensors
+        if "rollout_log_probs" not in t.keys():
+            return
+        mask = t["response_mask"]
+        metrics.update(rollout_probs_diff(t["old_log_probs"], t["rollout_log_probs"], mask))
+        correction = self.cfg.algorithm.rollout_correction
+        if correction.rollout_is is not None:
+            t["rollout_is_weights"], is_metrics = rollout_is_weights(
+                t["old_log_probs"],
+                t["rollout_log_probs"],
+                mask,
+                correction.rollout_is.value,
+                correction.rollout_is_threshold,
+            )
+            metrics.update(is_metrics)
+
     def _advantages(self, batch: Batch, metrics: dict) -> None:
         algo = self.cfg.algorithm
         t = batch.tensors
@@ -227,6 +247,8 @@ class PPOTrainer:
             keys = FORWARD_KEYS + ["old_log_probs", "advantages"]
             if self.cfg.actor_rollout_ref.actor.use_kl_loss:
                 keys.append("ref_log_probs")
+            if "rollout_is_weights" in batch.tensors.keys():
+                keys.append("rollout_is_weights")
             actor_in = batch.select(tensor_keys=keys, non_tensor_keys=[], meta_keys=["seed"])
             metrics.update(_mean_over_ranks(self.roles.actor_rollout.update_actor(actor_in)))
 
@@ -245,6 +267,7 @@ class PPOTrainer:
                 batch = self._balance(batch, metrics)
             batch.meta["seed"] = step_seed(self.cfg.trainer.seed, step)
             self._evaluate(batch, timings)
+            self._rollout_gap(batch, metrics)
             with self.monitor.phase("adv", timings):
                 self._advantages(batch, metrics)
             self._update(step, batch, timings, metrics)

@@ -19,12 +19,10 @@ from hybridrl.models.loader import (
     enable_activation_checkpointing,
     load_tokenizer,
 )
-from hybridrl.models.weights import materialize
 from hybridrl.parallel.dtypes import rollout_dtype, weights_dtype
-from hybridrl.parallel.engine import state_digest
 from hybridrl.parallel.packing import ModelOutput
 from hybridrl.protocol import Batch
-from hybridrl.rollout.hf_engine import HFRolloutEngine
+from hybridrl.rollout.factory import build_rollout_engine
 from hybridrl.seeds import rank_sampling_seed
 from hybridrl.workers.context import DataLayout, EngineRole, WorkerContext, build_engine
 from hybridrl.workers.forward import MicroBatching, forward_rows, ppo_update, response_log_probs
@@ -41,7 +39,9 @@ class ActorRolloutRole(EngineRole):
         ctx: WorkerContext,
         *,
         max_response_length: int,
+        max_prompt_length: int,
         total_steps: int = 1,
+        seed: int = 0,
     ) -> None:
         """``total_steps``: the run's training steps, the learning-rate schedule's length."""
         self.ctx = ctx
@@ -72,15 +72,22 @@ class ActorRolloutRole(EngineRole):
             fused_kernels=model.use_fused_kernels,
             total_steps=total_steps,
         )
-        # The generation copy is allocated empty in its own dtype and filled by the first hand-over.
+        # The generation engine starts empty (or on random weights) in its own dtype; the first hand-over
+        # fills it. ``export_skeleton`` (parameters on the meta device) names the weights for exports.
         self.rollout_dtype = rollout_dtype(rollout.dtype, actor.precision, ctx.device)
-        rollout_model, _ = empty_causal_lm(ctx.model_path, model.trust_remote_code, self.rollout_dtype)
-        materialize(rollout_model, ctx.device)
-        self.rollout = HFRolloutEngine(
-            rollout_model,
-            self.tokenizer.pad_token_id,
-            rollout_model.generation_config.eos_token_id or self.tokenizer.eos_token_id,
-            free_cache=rollout.free_cache_engine,
+        self.export_skeleton, _ = empty_causal_lm(ctx.model_path, model.trust_remote_code, self.rollout_dtype)
+        self.rollout = build_rollout_engine(
+            rollout,
+            model_path=ctx.model_path,
+            trust_remote_code=model.trust_remote_code,
+            dtype=self.rollout_dtype,
+            device=ctx.device,
+            pad_token_id=self.tokenizer.pad_token_id,
+            eos_token_id=self.export_skeleton.generation_config.eos_token_id or self.tokenizer.eos_token_id,
+            max_model_len=max_prompt_length + max_response_length,
+            rank=ctx.rank,
+            world_size=ctx.world_size,
+            seed=seed,
         )
         self._synced_version: int | None = None
         self.sync_weights()
@@ -96,7 +103,9 @@ class ActorRolloutRole(EngineRole):
             arr.rollout,
             ctx,
             max_response_length=cfg.data.max_response_length,
+            max_prompt_length=cfg.data.max_prompt_length,
             total_steps=cfg.trainer.total_steps,
+            seed=cfg.trainer.seed,
         )
 
     # -- rollout -------------------------------------------------------------------------------
@@ -124,7 +133,9 @@ class ActorRolloutRole(EngineRole):
             self.rollout.release()
 
     def _generate(self, batch: Batch) -> Batch:
-        seed = rank_sampling_seed(int(batch.meta.get("seed", 0)), self.ctx.rank)
+        # The ranks of one tensor-parallel replica sample the same rows with the same seed.
+        replica = self.dp_layout("generate").replica
+        seed = rank_sampling_seed(int(batch.meta.get("seed", 0)), replica)
         # meta["sampling"] (a SamplingConfig) overrides the rollout settings: validation's val_kwargs,
         # ReMax's greedy pass.
         sampling = batch.meta.get("sampling") or self.rollout_cfg.sampling()
@@ -140,10 +151,11 @@ class ActorRolloutRole(EngineRole):
 
     # -- data layout ---------------------------------------------------------------------------
     def dp_layout(self, method: str) -> DataLayout:
-        """Generation runs on every rank's full copy of the weights; training and log-probs follow the
-        training engine's data-parallel layout."""
+        """Generation replicas span ``rollout.tensor_model_parallel_size`` consecutive ranks (1 for hf: every
+        rank generates on its own copy); training and log-probs follow the training engine's layout."""
         if method == "generate":
-            return DataLayout(self.ctx.rank, self.ctx.world_size, True)
+            tp = self.rollout_cfg.tensor_model_parallel_size
+            return DataLayout(self.ctx.rank // tp, self.ctx.world_size // tp, self.ctx.rank % tp == 0)
         return super().dp_layout(method)
 
     # -- evaluation ----------------------------------------------------------------------------
@@ -194,6 +206,7 @@ class ActorRolloutRole(EngineRole):
                 clip_ratio_high=clip_high,
                 clip_ratio_c=cfg.clip_ratio_c,
                 loss_agg_mode=cfg.loss_agg_mode,
+                is_weights=mb.tensors.get("rollout_is_weights", None),
             )
             assert entropy is not None
             entropy_loss = agg_loss(entropy, mask, cfg.loss_agg_mode)
@@ -230,12 +243,12 @@ class ActorRolloutRole(EngineRole):
     # -- inspection and export -----------------------------------------------------------------
     def state_digest(self) -> dict[str, str]:
         with self.offload.resident():
-            return {"train": self.engine.state_digest(), "rollout": state_digest(self.rollout.model.state_dict())}
+            return {"train": self.engine.state_digest(), "rollout": self.rollout.weights_digest()}
 
     def save_hf_metadata(self, out_dir: str) -> None:
         """Config, generation config and tokenizer: what an export needs besides the weights."""
-        config_for_export(self.rollout.model.config).save_pretrained(out_dir)
-        self.rollout.model.generation_config.save_pretrained(out_dir)
+        config_for_export(self.export_skeleton.config).save_pretrained(out_dir)
+        self.export_skeleton.generation_config.save_pretrained(out_dir)
         self.tokenizer.save_pretrained(out_dir)
 
     def save_hf(self, out_dir: str) -> str | None:
@@ -248,7 +261,7 @@ class ActorRolloutRole(EngineRole):
             return None
         Path(out_dir).mkdir(parents=True, exist_ok=True)
         # The training weights (fp32 masters), not the generation copy, which may be bf16.
-        self.rollout.model.save_pretrained(out_dir, state_dict=state)
-        config_for_export(self.rollout.model.config).save_pretrained(out_dir)  # replaces the training config
+        self.export_skeleton.save_pretrained(out_dir, state_dict=state)
+        config_for_export(self.export_skeleton.config).save_pretrained(out_dir)  # replaces the training config
         self.tokenizer.save_pretrained(out_dir)
         return out_dir

@@ -25,7 +25,7 @@ from hybridrl.models.reward_model import empty_reward_model
 from hybridrl.parallel.dtypes import weights_dtype
 from hybridrl.parallel.packing import pack_rows
 from hybridrl.protocol import Batch
-from hybridrl.rollout.hf_engine import position_ids_from
+from hybridrl.rollout.base import position_ids_from
 from hybridrl.workers.context import EngineRole, WorkerContext, build_engine
 from hybridrl.workers.forward import MicroBatching
 

@@ -2,7 +2,8 @@ import torch
 
 from hybridrl.models.loader import load_causal_lm, load_tokenizer
 from hybridrl.models.tiny import ensure_tiny_model
-from hybridrl.rollout.hf_engine import HFRolloutEngine, position_ids_from, response_mask_from
+from hybridrl.rollout.base import position_ids_from, response_mask_from
+from hybridrl.rollout.hf_engine import HFRolloutEngine
 
 
 def test_response_mask_keeps_first_eos_and_drops_after():
@@ -37,3 +38,56 @@ def test_generate_shapes_and_seed_determinism(tmp_path):
     assert torch.equal(a["attention_mask"][:, 3:], a["response_mask"])
     # padding after EOS is the pad token
     assert torch.all((a["responses"] == tok.pad_token_id) | a["response_mask"].bool())
+
+
+def _tiny_engine(tmp_path, **kwargs):
+    path = ensure_tiny_model(
+        tmp_path / "m",
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        intermediate_size=64,
+        seed=0,
+    )
+    tok = load_tokenizer(path)
+    return HFRolloutEngine(load_causal_lm(path), tok.pad_token_id, tok.eos_token_id, **kwargs), tok
+
+
+def test_rollout_log_probs_are_the_temperature_scaled_ones_of_the_sampled_tokens(tmp_path):
+    engine, tok = _tiny_engine(tmp_path)
+    enc = tok(["12=", "3=", "456="], padding=True, return_tensors="pt", add_special_tokens=False)
+    temperature = 0.7
+    out = engine.generate(
+        enc["input_ids"],
+        enc["attention_mask"],
+        max_new_tokens=6,
+        do_sample=True,
+        temperature=temperature,
+        top_k=0,
+        top_p=1.0,
+        seed=3,
+    )
+    # a full forward over prompt + response: the trainer's view of the same tokens
+    with torch.no_grad():
+        logits = engine.model(
+            input_ids=out["input_ids"], attention_mask=out["attention_mask"], position_ids=out["position_ids"]
+        ).logits
+    prompt_len = enc["input_ids"].shape[1]
+    scores = torch.log_softmax(logits[:, prompt_len - 1 : -1].float() / temperature, dim=-1)
+    expected = scores.gather(-1, out["responses"][..., None]).squeeze(-1) * out["response_mask"]
+    assert out["rollout_log_probs"].shape == out["responses"].shape
+    assert out["response_mask"].sum() > 3
+    torch.testing.assert_close(out["rollout_log_probs"], expected, atol=1e-5, rtol=0)
+
+
+def test_generate_in_chunks_of_a_token_budget_matches_one_call(tmp_path):
+    whole, tok = _tiny_engine(tmp_path)
+    chunked, _ = _tiny_engine(tmp_path, max_tokens_per_generate=2 * (3 + 5))  # two rows per call
+    enc = tok(["12=", "3=", "45=", "6=", "7="], padding=True, return_tensors="pt", add_special_tokens=False)
+    assert chunked.rows_per_call(enc["input_ids"].shape[1], 5, 5) == 2
+    kwargs = dict(max_new_tokens=5, do_sample=False, temperature=1.0, top_k=0, top_p=1.0, seed=0)
+    a = whole.generate(enc["input_ids"], enc["attention_mask"], **kwargs)
+    b = chunked.generate(enc["input_ids"], enc["attention_mask"], **kwargs)
+    assert torch.equal(a["responses"], b["responses"])
+    torch.testing.assert_close(a["rollout_log_probs"], b["rollout_log_probs"], atol=1e-5, rtol=0)

@@ -36,6 +36,7 @@ def test_critic_free_run_with_every_option(tmp_path):
             "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean",
             "algorithm.filter_groups.enable=true",
             "algorithm.filter_groups.max_num_gen_batches=2",
+            "algorithm.rollout_correction.rollout_is=token",
         ]
     )
     run(cfg)
@@ -45,4 +46,7 @@ def test_critic_free_run_with_every_option(tmp_path):
         assert "timing_s/gen_max" in row and "timing_s/ref" in row and "actor/kl_loss" in row
         assert "critic/vf_loss" not in row and "timing_s/values" not in row
         assert 1 <= row["train/num_gen_batches"] <= 2
+        # fp32 on CPU: the hf rollout samples from exactly the trainer's distribution
+        assert row["training/rollout_probs_diff_max"] < 1e-4
+        assert abs(row["rollout_corr/rollout_is_mean"] - 1.0) < 1e-3
         assert 0.0 <= row["train/kept_group_frac"] <= 1.0
