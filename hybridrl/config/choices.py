@@ -60,6 +60,7 @@ class RewardOnError(Choice):
 
 class RewardManager(Choice):
     naive = "naive"
+    batch = "batch"
     dapo = "dapo"
     prime = "prime"
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from hybridrl.config.choices import RewardManager
 from hybridrl.config.errors import fail as _fail
 from hybridrl.config.schema import Config
 from hybridrl.rewards.custom import CustomRewardError, check_reward_file
@@ -88,9 +89,16 @@ def _check_data_and_rewards(cfg: Config) -> None:
                 f"reward_model.max_length ({rm.max_length}) must be >= 2 and "
                 f"reward_model.micro_batch_size_per_gpu ({rm.micro_batch_size_per_gpu}) >= 1."
             )
+    batch = cfg.reward_model.reward_manager == RewardManager.batch
+    if batch and not cfg.custom_reward_function.path:
+        _fail(
+            "reward_model.reward_manager=batch calls a custom reward function once per batch: set "
+            "custom_reward_function.path to a file defining compute_score(data_sources, solution_strs, "
+            "ground_truths, extra_infos), or use reward_manager=naive."
+        )
     if cfg.custom_reward_function.path:
         try:
-            check_reward_file(cfg.custom_reward_function.path, cfg.custom_reward_function.name)
+            check_reward_file(cfg.custom_reward_function.path, cfg.custom_reward_function.name, batch)
         except CustomRewardError as exc:
             _fail(f"custom_reward_function: {exc}")
     if cfg.reward.num_workers < 0 or cfg.reward.timeout_s <= 0:

@@ -419,8 +419,9 @@ class RewardModelConfig:
     use_rule_reward: bool = doc(True, "add the data_source's rule reward function's score")
     reward_manager: RewardManager = doc(
         RewardManager.naive,
-        "verl's names: naive (each sample its data_source's function) | prime (the same: every manager scores in "
-        "parallel processes under reward.timeout_s) | dapo (naive + overlong_buffer's length penalty)",
+        "verl's names: naive (each sample its data_source's function) | batch (the custom function once per batch, "
+        "with lists) | prime (as naive: every manager scores in processes under reward.timeout_s) | dapo (naive + "
+        "overlong_buffer's length penalty)",
     )
     overlong_buffer: OverlongBufferConfig = section(OverlongBufferConfig, "reward_manager=dapo's length penalty")
 

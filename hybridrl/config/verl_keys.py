@@ -41,9 +41,7 @@ _LOADER_SEED = "use trainer.seed, which also seeds the mini-batch shuffle"
 _ROLLOUT_N = "use actor_rollout_ref.rollout.n, which verl's key only mirrors"
 _ROUTER_REPLAY = "not supported yet: MoE router replay"
 _NO_GRADIENTS = "not needed in hybridrl: the reference runs without gradients"
-_REWARD_MANAGER = (
-    "use reward_model.reward_manager (naive, prime or dapo); a reward manager class of your own is not supported yet"
-)
+_REWARD_MANAGER = "use reward_model.reward_manager (naive, batch, prime or dapo); a reward manager class of your own is not supported yet"
 _REWARD_LOOP = "not supported yet: a custom reward-loop class"
 _MULTI_MODAL = "not supported yet: multi-modal (image and video) data"
 _CLIP_COV = "not supported yet: the clip-cov policy loss"

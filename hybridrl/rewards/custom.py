@@ -34,7 +34,12 @@ from types import ModuleType
 from typing import Any
 
 PARAMETERS = ("data_source", "solution_str", "ground_truth", "extra_info")
-_EXAMPLE = "def {name}(data_source, solution_str, ground_truth, extra_info=None): ..."
+# verl's batch reward manager calls the function once per batch, with a list for each argument.
+BATCH_PARAMETERS = ("data_sources", "solution_strs", "ground_truths", "extra_infos")
+
+
+def _example(name: str, parameters: tuple[str, ...]) -> str:
+    return f"def {name}({', '.join(parameters[:3])}, {parameters[3]}=None): ..."
 
 
 class CustomRewardError(ValueError):
@@ -83,36 +88,36 @@ def _public_callables(module: ModuleType) -> list[str]:
     )
 
 
-def _call_mode(fn: Callable, path: Path, name: str) -> str:
+def _call_mode(fn: Callable, path: Path, name: str, parameters: tuple[str, ...]) -> str:
     """'keyword' (verl's way of calling) when the four names bind, else 'positional'."""
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):  # a builtin or C callable without a signature: trust it
         return "positional"
     try:
-        sig.bind(**{p: None for p in PARAMETERS})
+        sig.bind(**{p: None for p in parameters})
         return "keyword"
     except TypeError:
         pass
     try:
-        sig.bind(*([None] * len(PARAMETERS)))
+        sig.bind(*([None] * len(parameters)))
         return "positional"
     except TypeError as exc:
         raise CustomRewardError(
             f"Custom reward function {name!r} in {str(path)!r} has the signature {name}{sig}, which "
             f"cannot be called with verl's four arguments ({exc}). It must accept "
-            f"({', '.join(PARAMETERS)}) positionally or by those names, e.g. "
-            f"`{_EXAMPLE.format(name=name)}`; give any extra parameters defaults."
+            f"({', '.join(parameters)}) positionally or by those names, e.g. "
+            f"`{_example(name, parameters)}`; give any extra parameters defaults."
         ) from None
 
 
-def _resolve(path: Path, name: str) -> tuple[Callable, str]:
+def _resolve(path: Path, name: str, parameters: tuple[str, ...]) -> tuple[Callable, str]:
     module = _import_file(path)
     if not hasattr(module, name):
         found = _public_callables(module)
         raise CustomRewardError(
             f"Custom reward file {str(path)!r} has no attribute {name!r}; callables found: {found}. "
-            f"Set the reward function name to one of them, or define `{_EXAMPLE.format(name=name)}`."
+            f"Set the reward function name to one of them, or define `{_example(name, parameters)}`."
         )
     fn = getattr(module, name)
     if not callable(fn):
@@ -120,7 +125,7 @@ def _resolve(path: Path, name: str) -> tuple[Callable, str]:
             f"{name!r} in custom reward file {str(path)!r} is a value of type {type(fn).__name__}, not a function; "
             f"callables found: {_public_callables(module)}."
         )
-    return fn, _call_mode(fn, path, name)
+    return fn, _call_mode(fn, path, name, parameters)
 
 
 def _top_level_names(tree: ast.Module) -> dict[str, ast.AST]:
@@ -153,9 +158,11 @@ def _signature_stub(node: ast.FunctionDef | ast.AsyncFunctionDef) -> Callable:
     return namespace[node.name]
 
 
-def check_reward_file(path: str, name: str = "compute_score") -> None:
-    """Check ``path`` defines ``name`` with verl's parameters, without executing the file (``config show`` and
-    validation must not run user code). Raise CustomRewardError saying what to fix."""
+def check_reward_file(path: str, name: str = "compute_score", batch: bool = False) -> None:
+    """Check ``path`` defines ``name`` with verl's parameters (``batch``: the batch reward manager's), without
+    executing the file (``config show`` and validation must not run user code). Raise CustomRewardError
+    saying what to fix."""
+    parameters = BATCH_PARAMETERS if batch else PARAMETERS
     file = Path(path).expanduser().resolve()
     _check_is_file(file)
     try:
@@ -174,43 +181,42 @@ def check_reward_file(path: str, name: str = "compute_score") -> None:
         functions = sorted(n for n, node in names.items() if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)))
         raise CustomRewardError(
             f"Custom reward file {str(file)!r} defines no {name!r}; functions found: {functions}. Set the reward "
-            f"function name to one of them, or define `{_EXAMPLE.format(name=name)}`."
+            f"function name to one of them, or define `{_example(name, parameters)}`."
         )
     node = names[name]
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not node.decorator_list:
-        _call_mode(_signature_stub(node), file, name)
+        _call_mode(_signature_stub(node), file, name, parameters)
 
 
 class CustomRewardFn:
     """A user's reward function behind verl's 4-argument signature ``(data_source, solution_str,
-    ground_truth, extra_info) -> float``."""
+    ground_truth, extra_info) -> float``, or with ``batch`` the batch reward manager's ``(data_sources,
+    solution_strs, ground_truths, extra_infos) -> list``; called positionally, it passes the arguments the
+    way the function takes them (by verl's names where they bind)."""
 
-    def __init__(self, path: str, name: str) -> None:
-        self.path, self.name = path, name
+    def __init__(self, path: str, name: str, batch: bool = False) -> None:
+        self.path, self.name, self.batch = path, name, batch
         self.__qualname__ = f"{name} (from {path})"  # what score_batch names in its errors
-        self._fn, self._mode = _resolve(Path(path), name)
+        self.parameters = BATCH_PARAMETERS if batch else PARAMETERS
+        self._fn, self._mode = _resolve(Path(path), name, self.parameters)
 
-    def __call__(self, data_source: str, solution_str: str, ground_truth: Any, extra_info: Any = None) -> Any:
+    def __call__(self, *args: Any) -> Any:
         if self._mode == "keyword":
-            result = self._fn(
-                data_source=data_source, solution_str=solution_str, ground_truth=ground_truth, extra_info=extra_info
-            )
-        else:
-            result = self._fn(data_source, solution_str, ground_truth, extra_info)
-        return result  # a number, or verl's dict with a "score" key and extra metrics (``score_sample``)
+            return self._fn(**dict(zip(self.parameters, args, strict=False)))
+        return self._fn(*args)  # a number, a dict with a "score" key (``score_sample``), or a batch's list
 
     def __repr__(self) -> str:
         return f"CustomRewardFn(path={self.path!r}, name={self.name!r})"
 
     def __getstate__(self) -> dict:
-        return {"path": self.path, "name": self.name}
+        return {"path": self.path, "name": self.name, "batch": self.batch}
 
     def __setstate__(self, state: dict) -> None:
-        fresh = type(self)(state["path"], state["name"])  # re-imports the file in this process
+        fresh = type(self)(state["path"], state["name"], state["batch"])  # re-imports the file in this process
         self.__dict__.update(fresh.__dict__)
 
 
-def load_reward_fn(path: str, name: str = "compute_score") -> Callable[[str, str, Any, Any], Any]:
+def load_reward_fn(path: str, name: str = "compute_score", batch: bool = False) -> Callable[..., Any]:
     """Load ``name`` from the Python file at ``path``; raise CustomRewardError saying what to fix."""
     resolved = str(Path(path).expanduser().resolve())
-    return CustomRewardFn(resolved, name)
+    return CustomRewardFn(resolved, name, batch)

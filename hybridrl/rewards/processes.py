@@ -24,12 +24,12 @@ import subprocess
 import sys
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any, cast
 
-from hybridrl.rewards.registry import RewardError, RewardFn, Scored, function_name, score_sample
+from hybridrl.rewards.registry import RewardError, RewardFn, Scored, function_name, score_in_one_call, score_sample
 
 logger = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ class RewardProcesses:
         self._fns: dict[int, bytes] = {}  # id(fn) -> the pickled function, sent once per child
         self._fn_keys: dict[int, int] = {}
 
-    def _key(self, fn: RewardFn) -> int:
+    def _key(self, fn: Callable[..., Any]) -> int:
         if id(fn) not in self._fn_keys:
             try:
                 blob = pickle.dumps(fn)
@@ -116,11 +116,23 @@ class RewardProcesses:
             self._fn_keys[id(fn)] = key
         return self._fn_keys[id(fn)]
 
-    def _send(self, child: _Child, index: int, sample: Sample) -> None:
-        key = self._key(sample.fn)
+    def _function_on(self, child: _Child, fn: Callable[..., Any]) -> int:
+        """``fn``'s key, after sending ``child`` the function if it has not had it yet."""
+        key = self._key(fn)
         if key not in child.known:
             child.outbox.send(("fn", key, self._fns[key]))
             child.known.add(key)
+        return key
+
+    def _start(self, count: int) -> None:
+        for child in self._children:  # one that died between batches (killed from outside)
+            if child.proc.poll() is not None:
+                self._replace(child)
+        while len(self._children) < min(self.num_workers, count):
+            self._children.append(_Child())
+
+    def _send(self, child: _Child, index: int, sample: Sample) -> None:
+        key = self._function_on(child, sample.fn)
         child.outbox.send(
             ("score", index, key, (sample.data_source, sample.response, sample.ground_truth, sample.extra_info))
         )
@@ -130,11 +142,7 @@ class RewardProcesses:
         """Each sample's score, or the RewardError that says why it has none; never raises for one sample."""
         results: list[Scored | RewardError | None] = [None] * len(samples)
         queue = deque(range(len(samples)))
-        for child in self._children:  # one that died between batches (killed from outside)
-            if child.proc.poll() is not None:
-                self._replace(child)
-        while len(self._children) < min(self.num_workers, len(samples)):
-            self._children.append(_Child())
+        self._start(len(samples))
         deadline = time.monotonic() + self.timeout_s
         idle = list(self._children)
         while queue or any(c.running is not None for c in self._children):
@@ -166,6 +174,33 @@ class RewardProcesses:
                 child.running = None
                 idle.append(child)
         return cast(list[Scored | RewardError], results)  # every sample has its outcome now
+
+    def score_in_one_call(
+        self, fn: Callable[..., Any], rows: tuple[list, list, list, list]
+    ) -> list[Scored] | RewardError:
+        """verl's batch reward manager in a child: one call for the whole batch under the batch's deadline; a
+        crash or a hang fails every sample of the batch."""
+        self._start(1)
+        child = self._children[0]
+        child.outbox.send(("batch", self._function_on(child, fn), rows))
+        child.running = -1
+        what = f"batch reward function {function_name(fn)} on a batch of {len(rows[0])} samples"
+        if not wait([child.inbox], timeout=self.timeout_s):
+            self._replace(child)
+            return RewardError(
+                f"The {what} did not return within reward.timeout_s={self.timeout_s:g} s: it hangs or is too "
+                f"slow; fix it, or raise reward.timeout_s."
+            )
+        try:
+            _, value, error = child.inbox.recv()
+        except (EOFError, OSError):
+            self._replace(child)
+            return RewardError(
+                f"The reward process running the {what} died ({_describe_exit(child.proc.returncode)}): a crash "
+                f"in the reward function or a library it calls; fix it."
+            )
+        child.running = None
+        return RewardError(error) if error is not None else value
 
     def _time_out(self, samples: Sequence[Sample], results: list[Scored | RewardError | None]) -> None:
         """The batch's deadline passed: the samples still running are the slow ones; their processes go."""
@@ -200,7 +235,8 @@ class RewardProcesses:
 
 
 def _serve(inbox: Connection, outbox: Connection) -> None:
-    """The child's loop: load functions as they come, score one sample per message, until the pipe closes."""
+    """The child's loop: load functions as they come, score one sample (or, for verl's batch manager, one
+    batch) per message, until the pipe closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle; it stops us
     blobs: dict[int, bytes] = {}
     fns: dict[int, RewardFn] = {}
@@ -212,7 +248,7 @@ def _serve(inbox: Connection, outbox: Connection) -> None:
         if message[0] == "fn":
             blobs[message[1]] = message[2]
             continue
-        _, index, key, (data_source, response, ground_truth, extra_info) = message
+        kind, index, key, args = message if message[0] == "score" else (message[0], -1, message[1], message[2])
         try:
             if key not in fns:
                 try:
@@ -221,7 +257,10 @@ def _serve(inbox: Connection, outbox: Connection) -> None:
                     raise RewardError(
                         f"Loading the reward function in its process failed: {type(exc).__name__}: {exc}"
                     ) from None
-            outbox.send((index, score_sample(fns[key], index, data_source, response, ground_truth, extra_info), None))
+            if kind == "batch":
+                outbox.send((index, score_in_one_call(fns[key], *args), None))
+            else:
+                outbox.send((index, score_sample(fns[key], index, *args), None))
         except RewardError as exc:
             outbox.send((index, None, str(exc)))
 

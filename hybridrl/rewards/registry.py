@@ -59,6 +59,10 @@ def score_sample(
             f"Reward function {name} raised on sample {index} (data_source={data_source!r}, "
             f"response={response!r}): {type(exc).__name__}: {exc}"
         ) from exc
+    return _scored(value, name, index, data_source)
+
+
+def _scored(value: Any, name: str, index: int, data_source: str) -> Scored:
     extras: dict[str, float] = {}
     if isinstance(value, dict) and "score" in value:
         extras = {str(k): float(v) for k, v in value.items() if k != "score" and (_number(v) or isinstance(v, bool))}
@@ -69,6 +73,32 @@ def score_sample(
             f"(data_source={data_source!r}); it must return a finite float (or a dict with a 'score' key)."
         )
     return float(value), extras
+
+
+def score_in_one_call(
+    fn: Callable[..., Any],
+    data_sources: Sequence[str],
+    responses: Sequence[str],
+    ground_truths: Sequence[Any],
+    extra_infos: Sequence[Any],
+) -> list[Scored]:
+    """verl's batch reward manager: ``fn(data_sources, solution_strs, ground_truths, extra_infos)`` once for the
+    whole batch (a function that batches a model or a service call), one score or dict per sample back."""
+    name = function_name(fn)
+    n = len(responses)
+    try:
+        values = fn(list(data_sources), list(responses), list(ground_truths), list(extra_infos))
+    except (Exception, SystemExit) as exc:
+        raise RewardError(
+            f"Batch reward function {name} raised on a batch of {n} samples: {type(exc).__name__}: {exc}"
+        ) from exc
+    if not isinstance(values, (list, tuple)) or len(values) != n:
+        got = f"{type(values).__name__} of {len(values)}" if isinstance(values, (list, tuple)) else repr(values)[:80]
+        raise RewardError(
+            f"Batch reward function {name} returned {got} for a batch of {n} samples; it must return a list with "
+            f"one score (or dict with a 'score' key) per sample, in order."
+        )
+    return [_scored(value, name, i, source) for i, (value, source) in enumerate(zip(values, data_sources))]
 
 
 def score_one(

@@ -6,12 +6,13 @@ import logging
 import math
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
+from hybridrl.config.choices import RewardManager
 from hybridrl.config.schema import Config
 from hybridrl.rewards.custom import load_reward_fn
 from hybridrl.rewards.processes import RewardProcesses, Sample
-from hybridrl.rewards.registry import RewardError, RewardFn, Scored, get_reward_fn, score_sample
+from hybridrl.rewards.registry import RewardError, RewardFn, Scored, get_reward_fn, score_in_one_call, score_sample
 
 logger = logging.getLogger(__name__)
 
@@ -39,22 +40,27 @@ class RewardScorer:
         failure_score: float = 0.0,
         num_workers: int = 0,
         timeout_s: float = 600.0,
+        *,
+        one_call: bool = False,
     ) -> None:
+        """``one_call``: verl's batch reward manager, ``custom_fn`` called once per batch with lists."""
         if on_error not in ("raise", "fail"):
             raise ValueError(f"on_error={on_error!r}; use 'raise' or 'fail'.")
         self.custom_fn = custom_fn
         self.on_error = on_error
         self.failure_score = failure_score
         self.processes = RewardProcesses(num_workers, timeout_s) if num_workers > 0 else None
+        self.one_call = one_call
         self._warned = 0
 
     @classmethod
     def from_config(cls, cfg: Config) -> RewardScorer:
         custom = None
+        one_call = cfg.reward_model.reward_manager == RewardManager.batch
         if cfg.custom_reward_function.path:
-            custom = load_reward_fn(cfg.custom_reward_function.path, cfg.custom_reward_function.name)
+            custom = load_reward_fn(cfg.custom_reward_function.path, cfg.custom_reward_function.name, one_call)
         r = cfg.reward
-        return cls(custom, str(r.on_error), r.failure_score, r.num_workers, r.timeout_s)
+        return cls(custom, str(r.on_error), r.failure_score, r.num_workers, r.timeout_s, one_call=one_call)
 
     def _outcomes(self, samples: list[Sample]) -> list[Scored | RewardError]:
         if self.processes is not None:
@@ -67,6 +73,22 @@ class RewardScorer:
                 outcomes.append(exc)
         return outcomes
 
+    def _one_call_outcomes(self, rows: list[tuple[str, str, Any, Any]]) -> list[Scored | RewardError]:
+        """The batch manager: every sample's outcome from one call; a failed call fails each sample."""
+        assert self.custom_fn is not None  # validation requires custom_reward_function.path
+        columns = tuple(list(column) for column in zip(*rows)) if rows else ([], [], [], [])
+        lists = cast(tuple[list, list, list, list], columns)
+        if self.processes is not None:
+            outcome = self.processes.score_in_one_call(self.custom_fn, lists)
+        else:
+            try:
+                outcome = score_in_one_call(self.custom_fn, *lists)
+            except RewardError as exc:
+                outcome = exc
+        if isinstance(outcome, RewardError):
+            return [outcome] * len(rows)
+        return list(outcome)
+
     def score(
         self,
         data_sources: Collection[str],
@@ -78,13 +100,16 @@ class RewardScorer:
         extra_infos = extra_infos if extra_infos is not None else [None] * len(responses)
         rows = list(zip(data_sources, responses, ground_truths, extra_infos))
         outcomes: dict[int, Scored | RewardError | ValueError] = {}
-        samples: dict[int, Sample] = {}
-        for i, (source, response, truth, extra) in enumerate(rows):
-            try:
-                samples[i] = Sample(self.custom_fn or get_reward_fn(source), source, response, truth, extra)
-            except ValueError as exc:  # a data_source with no function
-                outcomes[i] = exc
-        outcomes.update(zip(samples, self._outcomes(list(samples.values()))))
+        if self.one_call:
+            outcomes.update(enumerate(self._one_call_outcomes(rows)))
+        else:
+            samples: dict[int, Sample] = {}
+            for i, (source, response, truth, extra) in enumerate(rows):
+                try:
+                    samples[i] = Sample(self.custom_fn or get_reward_fn(source), source, response, truth, extra)
+                except ValueError as exc:  # a data_source with no function
+                    outcomes[i] = exc
+            outcomes.update(zip(samples, self._outcomes(list(samples.values()))))
         result = ScoredBatch([], 0, {})
         for i in range(len(rows)):
             outcome = outcomes[i]

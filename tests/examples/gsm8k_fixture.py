@@ -13,17 +13,17 @@ from tests.data.char_tokenizer import build_char_tokenizer
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def tiny_llama(directory: Path) -> Path:
+def tiny_llama(directory: Path, hidden_size: int = 32, num_attention_heads: int = 4) -> Path:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     tok = build_char_tokenizer()
     config = LlamaConfig(
         vocab_size=len(tok),
-        hidden_size=32,
-        intermediate_size=64,
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
         num_hidden_layers=2,
-        num_attention_heads=4,
+        num_attention_heads=num_attention_heads,
         num_key_value_heads=2,
         max_position_embeddings=512,
         pad_token_id=tok.pad_token_id,
