@@ -288,6 +288,12 @@ CONFIG_VALUES = [
         marks=pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here"),
     ),
     pytest.param(
+        ["reward_model.reward_manager=batch"],
+        2,
+        r"reward_manager=batch calls a custom reward function once per batch: set custom_reward_function\.path",
+        id="batch-manager-without-function",
+    ),
+    pytest.param(
         ["algorithm.rollout_correction.rollout_is=tokens"], 2, r"rollout_is='tokens' is not valid", id="rollout-is"
     ),
     pytest.param(["actor_rollout_ref.rollout.dtype=int8"], 2, r"rollout\.dtype='int8' is not valid", id="dtype"),

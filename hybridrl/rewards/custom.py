@@ -200,10 +200,13 @@ class CustomRewardFn:
         self.parameters = BATCH_PARAMETERS if batch else PARAMETERS
         self._fn, self._mode = _resolve(Path(path), name, self.parameters)
 
-    def __call__(self, *args: Any) -> Any:
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """verl's arguments, positionally or by name; the result is a number, a dict with a "score" key
+        (``score_sample``), or for a batch function a list of those."""
+        values = {**dict(zip(self.parameters, args, strict=False)), **kwargs}
         if self._mode == "keyword":
-            return self._fn(**dict(zip(self.parameters, args, strict=False)))
-        return self._fn(*args)  # a number, a dict with a "score" key (``score_sample``), or a batch's list
+            return self._fn(**values)
+        return self._fn(*(values[p] for p in self.parameters if p in values))
 
     def __repr__(self) -> str:
         return f"CustomRewardFn(path={self.path!r}, name={self.name!r})"

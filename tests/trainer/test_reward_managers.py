@@ -65,8 +65,8 @@ def test_the_managers_score_as_verl_names_them():
     assert metrics["reward/overlong/mean"] == 0.5
     for manager in ("naive", "prime"):  # no length penalty
         assert step(*overrides, f"reward_model.reward_manager={manager}")(batch([2, 10])).scores.tolist() == [1.0, 1.0]
-    with pytest.raises(ConfigError, match=r"reward_manager='batch' is not valid; choose one of: naive, dapo, prime"):
-        load_config(["reward_model.reward_manager=batch"])
+    with pytest.raises(ConfigError, match=r"reward_manager='eager' is not valid; choose one of: naive, batch, dapo"):
+        load_config(["reward_model.reward_manager=eager"])
     with pytest.raises(ConfigError, match=r"overlong_buffer.enable=true needs reward_model.reward_manager=dapo"):
         load_config(["reward_model.overlong_buffer.enable=true", "reward_model.overlong_buffer.len=2"])
 
