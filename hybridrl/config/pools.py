@@ -72,17 +72,20 @@ class PoolSpec:
             raise ValueError(f"Pool '{name}': workers={workers} must be at least 1.")
         return cls(name, workers, 0.0, cpus / workers, {k: v / workers for k, v in custom.items()}, strategy)
 
-    def on_cpu_only_cluster(self) -> PoolSpec:
-        """The same pool where no GPU exists: each GPU worker becomes a one-CPU worker."""
+    def on_cpu_only_cluster(self, cpus_per_worker: float = 1.0) -> PoolSpec:
+        """The same pool where no GPU exists: each GPU worker becomes a CPU worker with ``cpus_per_worker``
+        CPUs (its torch threads), or the CPUs its pool asked for per worker if more."""
         if not self.gpus_per_worker:
             return self
+        cpus = max(self.cpus_per_worker, cpus_per_worker)
         logger.warning(
-            "No GPU in the cluster: pool '%s' runs its %d GPU workers as %d CPU workers.",
+            "No GPU in the cluster: pool '%s' runs its %d GPU workers as %d CPU workers of %g CPUs each.",
             self.name,
             self.num_workers,
             self.num_workers,
+            cpus,
         )
-        return PoolSpec(self.name, self.num_workers, 0.0, self.cpus_per_worker, dict(self.custom), self.strategy)
+        return PoolSpec(self.name, self.num_workers, 0.0, cpus, dict(self.custom), self.strategy)
 
     def bundles(self) -> list[dict[str, float]]:
         bundle: dict[str, float] = {"CPU": self.cpus_per_worker, **self.custom}
@@ -138,14 +141,18 @@ class ResourcePoolManager:
         names = list(dict.fromkeys(self.mapping.values()))
         return [self.pools[name] for name in names]
 
-    def for_cluster(self, cluster_gpus: float) -> ResourcePoolManager:
-        """Adapt the pools to the cluster: GPU pools become CPU pools when it has no GPU."""
+    def for_cluster(self, cluster_gpus: float, cluster_cpus: float = 1.0) -> ResourcePoolManager:
+        """Adapt the pools to the cluster: GPU pools become CPU pools when it has no GPU, their workers
+        sharing the cluster's CPUs evenly (one worker on a 2-core machine gets both cores' threads; roles
+        colocated on a worker run one after another in its process and share them)."""
         if cluster_gpus > 0:
             return self
+        workers = sum(spec.num_workers for spec in self.used_pools())
+        share = max(1.0, float(int(cluster_cpus // max(workers, 1))))
         adapted = ResourcePoolManager.__new__(ResourcePoolManager)
         adapted.mapping = dict(self.mapping)
         adapted.pools = {
-            name: (spec.on_cpu_only_cluster() if name in self.mapping.values() else spec)
+            name: (spec.on_cpu_only_cluster(share) if name in self.mapping.values() else spec)
             for name, spec in self.pools.items()
         }
         return adapted

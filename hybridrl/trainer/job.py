@@ -254,7 +254,7 @@ def _run(cfg: Config, output_dir: Path, started: float) -> dict[str, Any]:
             dataset,
             val_dataset,
             scorer,
-            pools.for_cluster(cluster.gpus),
+            pools.for_cluster(cluster.gpus, cluster.resources.get("CPU", 1.0)),
             monitor,
             checkpoints,
             heartbeats,

@@ -49,6 +49,17 @@ def _mean_over_ranks(rows: list[dict[str, float]]) -> dict[str, float]:
     return {k: sum(r[k] for r in rows) / len(rows) for k in rows[0]}
 
 
+def old_log_prob_pass_needed(cfg: Config) -> bool:
+    """False when the update is exactly on-policy (one epoch, one mini-batch: every micro-batch sees the
+    weights that generated the rollouts) and nothing reads the old log-probs before the update (KL in the
+    reward, rollout correction); the update then takes them from its own forward, detached, as
+    single-process trainers do, and the PPO ratio is exactly 1."""
+    actor = cfg.actor_rollout_ref.actor
+    one_mini_batch = actor.ppo_mini_batch_size >= cfg.data.train_batch_size
+    needed_before = cfg.algorithm.use_kl_in_reward or cfg.algorithm.rollout_correction.rollout_is is not None
+    return not (actor.ppo_epochs == 1 and one_mini_batch and not needed_before)
+
+
 def _place_at_last_token(scores: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
     """Outcome rewards live on each response's last real token; every other token gets 0."""
     # scores: (B,), response_mask: (B, R)
@@ -102,6 +113,13 @@ class PPOTrainer:
         )
         self.num_workers = sum(group.world_size for group in roles.groups())
         self.history: list[dict[str, float]] = []
+        self.old_log_prob_pass = old_log_prob_pass_needed(cfg)
+        logger.info(
+            "Old log-probs: %s",
+            "a separate forward pass before the update"
+            if self.old_log_prob_pass
+            else "taken from the update's own forward (one epoch, one mini-batch: exactly on-policy; no separate pass)",
+        )
 
     # -- rollout -------------------------------------------------------------------------------
     def _generate_and_score(self, step: int, round_: int, timings: dict, metrics: dict) -> Batch:
@@ -181,8 +199,9 @@ class PPOTrainer:
     # -- evaluation ----------------------------------------------------------------------------
     def _evaluate(self, batch: Batch, timings: dict) -> None:
         forward_in = batch.select(tensor_keys=FORWARD_KEYS, non_tensor_keys=[], meta_keys=[])
-        with self.monitor.phase("old_log_prob", timings):
-            batch.union(self.roles.actor_rollout.compute_log_prob(forward_in))
+        if self.old_log_prob_pass:
+            with self.monitor.phase("old_log_prob", timings):
+                batch.union(self.roles.actor_rollout.compute_log_prob(forward_in))
         if self.roles.ref is not None:
             with self.monitor.phase("ref", timings):
                 batch.union(self.roles.ref.compute_ref_log_prob(forward_in))
@@ -194,7 +213,7 @@ class PPOTrainer:
         """How far the rollout engine's log-probs are from the trainer's, and (``rollout_correction``) the
         truncated importance weights that correct the policy loss for it."""
         t = batch.tensors
-        if "rollout_log_probs" not in t.keys():
+        if "rollout_log_probs" not in t.keys() or "old_log_probs" not in t.keys():
             return
         mask = t["response_mask"]
         metrics.update(rollout_probs_diff(t["old_log_probs"], t["rollout_log_probs"], mask))
@@ -244,7 +263,9 @@ class PPOTrainer:
         if step < self.cfg.trainer.critic_warmup:  # verl's: the critic learns alone for the first steps
             return
         with self.monitor.phase("update_actor", timings):
-            keys = FORWARD_KEYS + ["old_log_probs", "advantages"]
+            keys = FORWARD_KEYS + ["advantages"]
+            if "old_log_probs" in batch.tensors.keys():
+                keys.append("old_log_probs")
             if self.cfg.actor_rollout_ref.actor.use_kl_loss:
                 keys.append("ref_log_probs")
             if "rollout_is_weights" in batch.tensors.keys():
@@ -278,9 +299,10 @@ class PPOTrainer:
                 with self.monitor.phase("checkpoint", timings):
                     self.save_checkpoint(step)
         mask = batch.tensors["response_mask"].float()
-        metrics["actor/entropy_before_update"] = float(
-            (batch.tensors["old_entropy"] * mask).sum() / mask.sum().clamp(min=1)
-        )
+        if "old_entropy" in batch.tensors.keys():  # with the separate old-log-prob pass (actor/entropy otherwise)
+            metrics["actor/entropy_before_update"] = float(
+                (batch.tensors["old_entropy"] * mask).sum() / mask.sum().clamp(min=1)
+            )
         metrics.update(data_metrics(batch, self.cfg.data.max_response_length))
         metrics.update({f"timing_s/{k}": v for k, v in timings.items()})
         metrics.update(throughput_metrics(batch, timings["step"], self.num_workers))

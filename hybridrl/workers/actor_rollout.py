@@ -197,8 +197,11 @@ class ActorRolloutRole(EngineRole):
         def micro_loss(logits: ModelOutput, mb: Batch) -> tuple[torch.Tensor, dict[str, float]]:
             mask = mb.tensors["response_mask"].float()
             log_prob, entropy = response_log_probs(logits, mb, scoring)
+            # Without old log-probs the update is exactly on-policy (the trainer skipped their pass):
+            # they are this forward's own, detached.
+            old_log_probs = mb.tensors.get("old_log_probs", None)
             pg = policy_loss(
-                mb.tensors["old_log_probs"],
+                log_prob.detach() if old_log_probs is None else old_log_probs,
                 log_prob,
                 mb.tensors["advantages"],
                 mask,

@@ -78,6 +78,7 @@ class Worker:
             "rank": self.rank,
             "device_type": "cuda" if torch.cuda.is_available() and self.cfg.trainer.device != Device.cpu else "cpu",
             "device_name": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+            "torch_threads": torch.get_num_threads(),
         }
         # Outside Ray (multi-process tests) there is no runtime context.
         info["node_id"] = ray.get_runtime_context().get_node_id() if ray.is_initialized() else None

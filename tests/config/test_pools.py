@@ -25,9 +25,28 @@ def test_role_mapping_colocates_roles():
 def test_cpu_only_cluster_turns_gpus_into_cpu_workers(caplog):
     m = ResourcePoolManager(actor_rollout={"GPU": 2}).for_cluster(cluster_gpus=0)
     assert m.pool_of("actor_rollout").bundles() == [{"CPU": 1.0}, {"CPU": 1.0}]
-    assert "runs its 2 GPU workers as 2 CPU workers" in caplog.text
+    assert "runs its 2 GPU workers as 2 CPU workers of 1 CPUs each" in caplog.text
     same = ResourcePoolManager(actor_rollout={"GPU": 2}).for_cluster(cluster_gpus=8)
     assert same.pool_of("actor_rollout").bundles()[0]["GPU"] == 1.0
+
+
+def test_cpu_workers_share_the_clusters_cores():
+    """Each worker's bundle is its torch thread count: one worker on 2 cores gets 2, two get 1 each, a split
+    1 + 1 layout 1 each, and more workers than cores still 1."""
+
+    def cpus(cluster_cpus, **pools):
+        m = ResourcePoolManager(
+            pools={name: {"GPU": n} for name, n in pools.items()}, mapping={f"role_{p}": p for p in pools}
+        ).for_cluster(cluster_gpus=0, cluster_cpus=cluster_cpus)
+        return [bundle["CPU"] for spec in m.used_pools() for bundle in spec.bundles()]
+
+    assert cpus(2, one=1) == [2.0]
+    assert cpus(2, one=2) == [1.0, 1.0]
+    assert cpus(2, rollout=1, train=1) == [1.0, 1.0]
+    assert cpus(16, one=4) == [4.0] * 4
+    assert cpus(2, one=4) == [1.0] * 4
+    asked = ResourcePoolManager(pools={"p": {"GPU": 1, "CPU": 3}}, mapping={"r": "p"}).for_cluster(0, cluster_cpus=2)
+    assert asked.pool_of("r").bundles() == [{"CPU": 3.0}]  # what the pool asked for per worker
 
 
 def test_custom_resource_labels_are_split_per_bundle():

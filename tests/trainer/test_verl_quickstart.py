@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 
 import pytest
 
@@ -71,5 +72,7 @@ def test_verl_quickstart_command_line(tmp_path, engine):
     assert not (out / "metrics.jsonl").exists()  # trainer.logger=console, as typed: console only
     placement = json.loads((out / "placement.json").read_text())
     assert [len(group["ranks"]) for group in placement.values()] == [1]  # n_gpus_per_node x nnodes workers
+    # the one worker gets all of the local cluster's CPUs (the machine's cores) as torch threads
+    assert next(iter(placement.values()))["ranks"][0]["torch_threads"] == os.cpu_count()
     assert (out / "checkpoints" / "global_step_4").exists()  # 2 epochs x 8 prompts / 4 per step
     assert summary["window"] >= 1
