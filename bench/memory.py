@@ -38,6 +38,7 @@ import torch
 from hybridrl.config.loader import load_config
 from hybridrl.models.loader import empty_causal_lm
 from hybridrl.models.tiny import ensure_tiny_model
+from hybridrl.parallel.host_memory import trim_freed_memory
 from hybridrl.parallel.launch import run_ranks
 from hybridrl.perf.utilization import PeakRSS
 from hybridrl.protocol import Batch
@@ -82,6 +83,7 @@ class Meter:
 
     def reset(self) -> None:
         if self.device.type == "cpu":
+            trim_freed_memory()  # as a worker does after every call (``Worker._timed``)
             PeakRSS.reset()
         else:
             torch.cuda.synchronize()

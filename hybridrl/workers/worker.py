@@ -24,7 +24,7 @@ from hybridrl.config.choices import Device
 from hybridrl.config.schema import Config
 from hybridrl.logging_utils import quiet_libraries
 from hybridrl.parallel import dist as hdist
-from hybridrl.parallel.host_memory import return_freed_memory
+from hybridrl.parallel.host_memory import return_freed_memory, trim_freed_memory
 from hybridrl.perf.utilization import ProcessSampler
 from hybridrl.protocol import Batch
 from hybridrl.workers.actor_rollout import ActorRolloutRole
@@ -150,8 +150,11 @@ class Worker:
         sampler.start()
         self.recorder.drain()
         start = time.time()
-        value = fn(*args, **kwargs)
-        synchronize(self.device)
+        try:
+            value = fn(*args, **kwargs)
+            synchronize(self.device)
+        finally:
+            trim_freed_memory()  # the phase's freed host memory goes back before the next phase
         span = Span(name, start, time.time())
         return CallResult(value, span, self.recorder.drain(), sampler.stop())
 
