@@ -27,6 +27,12 @@ def rank_sampling_seed(batch_seed: int, rank: int) -> int:
     return batch_seed * 1009 + rank
 
 
+def request_seed(batch_seed: int, row: int) -> int:
+    """One row of a generation, for engines that seed each request (vLLM, SGLang): rows and steps must not
+    share a sampling stream."""
+    return (batch_seed * 1_000_003 + row) % (2**31 - 1)
+
+
 def validation_seed(seed: int, first_row: int) -> int:
     """Fixed per validation chunk: the same prompts get the same samples at every validation."""
     return seed * 7_919 + first_row

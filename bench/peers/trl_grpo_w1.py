@@ -12,15 +12,12 @@ each step's wall time (a callback at every optimizer step) to ``--out`` as JSON.
 from __future__ import annotations
 
 import argparse
-import json
-import time
-from pathlib import Path
 
 import torch
-import trl
 from datasets import Dataset
-from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOConfig, GRPOTrainer
+from w1_peer import COMMON_ARGS, StepTimes, prompt_rows, run
 
 
 def copy_reward(completions: list[str], ground_truth: list[str], **_: object) -> list[float]:
@@ -32,55 +29,26 @@ def copy_reward(completions: list[str], ground_truth: list[str], **_: object) ->
     return scores
 
 
-class StepTimes(TrainerCallback):
-    def __init__(self) -> None:
-        self.marks = [time.perf_counter()]
-
-    def on_step_end(self, args, state, control, **kwargs):
-        self.marks.append(time.perf_counter())
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--model", required=True)
-    parser.add_argument("--prompts", required=True)
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--steps", type=int, default=12)
-    args = parser.parse_args()
-    torch.manual_seed(0)
-    rows = json.loads(Path(args.prompts).read_text())
-    dataset = Dataset.from_list(rows)
-    tokenizer = AutoTokenizer.from_pretrained(args.model)
-    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
+def train(args: argparse.Namespace, timer: StepTimes) -> None:
     config = GRPOConfig(
         output_dir=args.out + ".trainer",
         per_device_train_batch_size=64,  # completions: 16 prompts x 4
         num_generations=4,
         max_completion_length=16,
-        learning_rate=1e-5,
         max_steps=args.steps,
         num_iterations=1,
-        gradient_checkpointing=False,
-        use_cpu=True,
-        bf16=False,
-        report_to="none",
-        save_strategy="no",
-        logging_steps=1,
-        seed=0,
+        **COMMON_ARGS,
     )
-    timer = StepTimes()
     trainer = GRPOTrainer(
-        model=model,
+        model=AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32),
         reward_funcs=copy_reward,
         args=config,
-        train_dataset=dataset,
-        processing_class=tokenizer,
+        train_dataset=Dataset.from_list(prompt_rows(args.prompts)),
+        processing_class=AutoTokenizer.from_pretrained(args.model),
         callbacks=[timer],
     )
     trainer.train()
-    steps = [b - a for a, b in zip(timer.marks, timer.marks[1:])]
-    Path(args.out).write_text(json.dumps({"step_s": steps, "trl": trl.__version__, "threads": torch.get_num_threads()}))
 
 
 if __name__ == "__main__":
-    main()
+    run(train)

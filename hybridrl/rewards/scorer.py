@@ -6,7 +6,7 @@ import logging
 import math
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 from hybridrl.config.choices import RewardManager
 from hybridrl.config.schema import Config
@@ -73,20 +73,18 @@ class RewardScorer:
                 outcomes.append(exc)
         return outcomes
 
-    def _one_call_outcomes(self, rows: list[tuple[str, str, Any, Any]]) -> list[Scored | RewardError]:
+    def _one_call_outcomes(self, columns: tuple[list, list, list, list]) -> list[Scored | RewardError]:
         """The batch manager: every sample's outcome from one call; a failed call fails each sample."""
         assert self.custom_fn is not None  # validation requires custom_reward_function.path
-        columns = tuple(list(column) for column in zip(*rows)) if rows else ([], [], [], [])
-        lists = cast(tuple[list, list, list, list], columns)
         if self.processes is not None:
-            outcome = self.processes.score_in_one_call(self.custom_fn, lists)
+            outcome = self.processes.score_in_one_call(self.custom_fn, columns)
         else:
             try:
-                outcome = score_in_one_call(self.custom_fn, *lists)
+                outcome = score_in_one_call(self.custom_fn, *columns)
             except RewardError as exc:
                 outcome = exc
         if isinstance(outcome, RewardError):
-            return [outcome] * len(rows)
+            return [outcome] * len(columns[0])
         return list(outcome)
 
     def score(
@@ -101,7 +99,8 @@ class RewardScorer:
         rows = list(zip(data_sources, responses, ground_truths, extra_infos))
         outcomes: dict[int, Scored | RewardError | ValueError] = {}
         if self.one_call:
-            outcomes.update(enumerate(self._one_call_outcomes(rows)))
+            columns = (list(data_sources), list(responses), list(ground_truths), list(extra_infos))
+            outcomes.update(enumerate(self._one_call_outcomes(columns)))
         else:
             samples: dict[int, Sample] = {}
             for i, (source, response, truth, extra) in enumerate(rows):

@@ -40,15 +40,6 @@ class RolloutEngine(Protocol):
         ...
 
 
-# Per-request seeds: distinct rows and steps must not share a sampling stream.
-_SEED_STRIDE = 1_000_003
-
-
-def request_seed(seed: int, row: int) -> int:
-    """The sampling seed of row ``row`` of a generation seeded ``seed`` (engines that seed per request)."""
-    return (seed * _SEED_STRIDE + row) % (2**31 - 1)
-
-
 def eos_ids(eos_token_id: int | Sequence[int] | None) -> list[int]:
     if eos_token_id is None:
         return []

@@ -43,7 +43,8 @@ import torch.distributed as dist
 
 from hybridrl.config.schema import RolloutConfig
 from hybridrl.parallel.dist import free_port
-from hybridrl.rollout.base import eos_ids, pad_responses, prompt_token_lists, request_seed, rollout_batch
+from hybridrl.rollout.base import eos_ids, pad_responses, prompt_token_lists, rollout_batch
+from hybridrl.seeds import request_seed
 
 logger = logging.getLogger(__name__)
 

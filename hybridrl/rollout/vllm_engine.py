@@ -30,7 +30,8 @@ from transformers import AutoConfig
 
 from hybridrl.config.schema import RolloutConfig
 from hybridrl.parallel.engine import state_digest
-from hybridrl.rollout.base import eos_ids, pad_responses, prompt_token_lists, request_seed, rollout_batch
+from hybridrl.rollout.base import eos_ids, pad_responses, prompt_token_lists, rollout_batch
+from hybridrl.seeds import request_seed
 
 logger = logging.getLogger(__name__)
 
