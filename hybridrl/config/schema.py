@@ -177,6 +177,12 @@ class TrainedRoleConfig:
     ppo_max_token_len_per_gpu: int = doc(16384, "use_dynamic_bsz: tokens per forward/backward on one worker")
     ppo_epochs: int = doc(1, "passes over each step's rollouts")
     shuffle: bool = doc(False, "shuffle sequences between PPO epochs")
+    use_prefix_grouper: bool = doc(
+        True,
+        "rows of a micro-batch that share a prompt run it through the model once (GRPO's n samples), in every "
+        "forward and backward of this role (the actor's also for the reference model); not with "
+        "use_remove_padding, activation checkpointing or the megatron strategy",
+    )
     grad_clip: float = doc(1.0, "max global gradient norm")
     loss_agg_mode: str = doc("token-mean", "how token losses become one number (token-mean, seq-mean-token-sum, ...)")
     precision: Precision = doc(Precision.fp32, "fp32 | bf16 (autocast) | fp16 (autocast + dynamic loss scaling)")

@@ -124,7 +124,6 @@ VERL_ANSWERS: tuple[tuple[str, str], ...] = (
         "actor_rollout_ref.actor.calculate_entropy",
         "not needed in hybridrl: the entropy is always computed and logged (actor/entropy)",
     ),
-    ("actor_rollout_ref.actor.use_prefix_grouper", "not supported yet: one forward of a group's shared prompt"),
     ("actor_rollout_ref.actor.use_torch_compile", _COMPILE),
     ("actor_rollout_ref.actor.data_loader_seed", _LOADER_SEED),
     ("actor_rollout_ref.actor.checkpoint.*", _CHECKPOINT),

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import inspect
 import json
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -127,7 +129,23 @@ def enable_activation_checkpointing(model: nn.Module) -> None:
     found = [m for m in model.modules() if isinstance(m, PreTrainedModel)]
     if not found:
         raise ValueError(f"{type(model).__name__} holds no Hugging Face model to checkpoint.")
-    found[0].activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    kwargs = {"use_reentrant": False}
+    if hasattr(found[0], "activation_checkpointing_enable"):  # transformers >= 5.2x's name
+        found[0].activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        found[0].gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
+
+def cache_keyword(model: nn.Module) -> str | None:
+    """The name under which ``model.forward`` takes a key/value cache of earlier positions (transformers 5.2x
+    renamed ``past_key_values`` to ``cache``), or None if it takes none."""
+    parameters = inspect.signature(model.forward).parameters
+    return next((name for name in ("cache", "past_key_values") if name in parameters), None)
+
+
+def checkpoints_activations(model: nn.Module) -> bool:
+    """Whether ``enable_activation_checkpointing`` was applied inside ``model`` (any transformers version)."""
+    return any(getattr(m, "gradient_checkpointing", False) is True for m in model.modules())
 
 
 class ValueModel(nn.Module):
@@ -144,14 +162,18 @@ class ValueModel(nn.Module):
         nn.init.zeros_(self.value_head.bias)
 
     def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, position_ids: torch.Tensor
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        position_ids: torch.Tensor,
+        past_key_values: Any = None,
+        use_cache: bool = False,
     ) -> torch.Tensor:
-        """``attention_mask`` None: packed rows told apart by their restarting ``position_ids``."""
+        """``attention_mask`` None: packed rows told apart by their restarting ``position_ids``.
+        ``past_key_values``: a cache of earlier positions the rows continue (``parallel.prompt_sharing``)."""
+        cache = {} if past_key_values is None else {cache_keyword(self.backbone) or "past_key_values": past_key_values}
         hidden = self.backbone(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            use_cache=False,
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=use_cache, **cache
         ).last_hidden_state  # (B, T, H)
         # clone: FSDP2 cannot hook a view returned by the root module (it warns of wrong gradients).
         return self.value_head(hidden).squeeze(-1).clone()  # (B, T)

@@ -18,13 +18,15 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from hybridrl.algorithms.token_logprobs import TokenScores, TokenScoring, hidden_token_log_probs
+from hybridrl.algorithms.token_logprobs import TokenScores, TokenScoring, hidden_token_log_probs, token_log_probs
 from hybridrl.config.choices import Precision
 from hybridrl.config.schema import OptimConfig
+from hybridrl.models.loader import cache_keyword, checkpoints_activations
 from hybridrl.models.weights import tied_aliases
 from hybridrl.parallel.lr_schedule import LRSchedule
 from hybridrl.parallel.packing import ModelOutput, PackedOutput, pack_batch
 from hybridrl.parallel.precision import DynamicLossScaler
+from hybridrl.parallel.prompt_sharing import PromptGroups, prompt_groups, shared_prompt_output
 
 if TYPE_CHECKING:
     from hybridrl.protocol import Batch
@@ -43,14 +45,19 @@ class TrainEngine:
         loss_scaler: DynamicLossScaler | None = None,
         remove_padding: bool = False,
         fused_kernels: bool = False,
+        share_prompts: bool = False,
     ) -> None:
         """``remove_padding``: the model sees each micro-batch's real tokens packed into one sequence
         (``hybridrl.parallel.packing``) and returns a ``PackedOutput``. ``fused_kernels``: passes that say
-        how they score tokens get the scores from the output head's hidden states, never the logits."""
+        how they score tokens get the scores from the output head's hidden states, never the logits.
+        ``share_prompts``: rows with the same prompt run it once (``hybridrl.parallel.prompt_sharing``)."""
         self.model = model
         self.remove_padding = remove_padding
+        parameters = inspect.signature(model.forward).parameters
         # A causal LM that can compute logits at chosen positions only: prompt positions' are never read.
-        self._keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
+        self._keeps_logits = "logits_to_keep" in parameters
+        self._cache_keyword = cache_keyword(model)
+        self.share_prompts = self._prompt_sharing(share_prompts)
         # Fused scoring replaces the output head's forward: not where the model changes the logits after it.
         config = getattr(model, "config", None)
         self.fused_kernels = fused_kernels and getattr(config, "final_logit_softcapping", None) is None
@@ -80,6 +87,22 @@ class TrainEngine:
         else:
             model.requires_grad_(False)
 
+    def _prompt_sharing(self, wanted: bool) -> bool:
+        """Whether rows that share a prompt run it once; where the model cannot, say why (once, at start)."""
+        if not wanted:
+            return False
+        why = None
+        if self.remove_padding:
+            why = "use_remove_padding packs the rows instead"
+        elif self._cache_keyword is None:
+            why = f"{type(self.model).__name__}.forward takes no key/value cache"
+        elif checkpoints_activations(self.model):
+            # transformers drops the cache inside a checkpointed layer: the responses would not see the prompt.
+            why = "activation checkpointing (enable_gradient_checkpointing) drops the prompt's cache"
+        if why is not None:
+            logger.info("use_prefix_grouper: every row runs its own prompt: %s.", why)
+        return why is None
+
     # -- data layout: which rows this rank gets, and whether the driver gathers its results ----------
     @property
     def dp_rank(self) -> int:
@@ -100,6 +123,11 @@ class TrainEngine:
         positions that predict a response token; with ``fused_kernels`` and a ``scoring`` it returns those
         tokens' ``TokenScores`` instead, computed from the hidden states without the logits."""
         t = batch.tensors
+        if self.share_prompts and "responses" in t:
+            prompt_len = t["input_ids"].shape[1] - t["responses"].shape[1]
+            groups = prompt_groups(t["input_ids"], t["attention_mask"], t["position_ids"], prompt_len)
+            if groups is not None:
+                return self._shared_prompt_output(t, groups, scoring)
         rows = pack_batch(batch) if self.remove_padding else None
         if rows is not None:
             inputs = {"input_ids": rows.input_ids, "attention_mask": None, "position_ids": rows.position_ids}
@@ -124,6 +152,42 @@ class TrainEngine:
         out = self.model(**inputs)
         out = getattr(out, "logits", out)
         return out if rows is None else PackedOutput(out, rows, at_responses=keep is not None)
+
+    def _shared_prompt_output(
+        self, t: dict[str, torch.Tensor], groups: PromptGroups, scoring: TokenScoring | None
+    ) -> ModelOutput:
+        """``model_output`` at the response positions (B, R, ...), each distinct prompt run once."""
+        fused = scoring is not None and self.fused_kernels and self._keeps_logits
+
+        def run(inputs: dict[str, Any], labels: torch.Tensor | None) -> torch.Tensor:
+            positions = 1 if labels is None else labels.shape[1]
+            if self._keeps_logits:
+                inputs = {**inputs, "logits_to_keep": positions}
+            if fused and labels is not None:
+                assert scoring is not None
+                with self._scoring_head(labels, scoring):
+                    return self.model(**inputs, use_cache=True).logits
+            out = self.model(**inputs, use_cache=True)
+            return getattr(out, "logits", out)[:, -positions:]
+
+        assert self._cache_keyword is not None
+        head, rest = shared_prompt_output(run, t, groups, self._cache_keyword)
+        if not fused:
+            return head if rest is None else torch.cat([head, rest], dim=1)
+        assert scoring is not None
+        # The first response token's logits (one position per row) scored here; the rest came fused.
+        log_probs, entropy = token_log_probs(
+            head,
+            t["responses"][:, :1],
+            scoring.temperature,
+            with_entropy=scoring.with_entropy,
+            entropy_grad=scoring.entropy_grad,
+        )
+        if rest is not None:
+            log_probs = torch.cat([log_probs, rest[..., 0]], dim=1)
+            if entropy is not None:
+                entropy = torch.cat([entropy, rest[..., 1]], dim=1)
+        return TokenScores(log_probs, entropy)
 
     @contextlib.contextmanager
     def _scoring_head(self, labels: torch.Tensor, scoring: TokenScoring) -> Iterator[None]:

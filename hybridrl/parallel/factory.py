@@ -28,6 +28,7 @@ def make_engine(
     weights: WeightSource | None = None,
     remove_padding: bool = False,
     fused_kernels: bool = False,
+    share_prompts: bool = False,
 ) -> TrainEngine:
     """Wrap ``model`` with the strategy of its role's ``section``; ``train`` gives it the section's optimizer
     (the reference and reward models are frozen). The reward model's section has no strategy: always FSDP.
@@ -38,7 +39,8 @@ def make_engine(
     With ``weights``, ``model`` is empty (parameters on the meta device): it is sharded first, then each
     rank allocates and reads only its shards, so no rank ever holds the whole model. ``remove_padding``: the
     model runs on packed rows (``hybridrl.parallel.packing``); ``fused_kernels``: scores come from the hidden
-    states (``TrainEngine.model_output``)."""
+    states (``TrainEngine.model_output``); ``share_prompts``: rows run a shared prompt once (not megatron's
+    stages, which run the decoder layers themselves)."""
     trained = section if train and isinstance(section, TrainedRoleConfig) else None
     optim = trained.optim if trained is not None else None
     scaler = None
@@ -90,4 +92,5 @@ def make_engine(
         loss_scaler=scaler,
         remove_padding=remove_padding,
         fused_kernels=fused_kernels,
+        share_prompts=share_prompts,
     )

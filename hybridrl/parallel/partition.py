@@ -35,6 +35,23 @@ def balanced_partition(lengths: Sequence[int], k: int, *, equal_size: bool = Fal
     return [np.asarray(sorted(b), dtype=np.int64) for b in bins]
 
 
+def balanced_group_partition(lengths: Sequence[int], groups: Sequence[object], k: int) -> list[np.ndarray] | None:
+    """As ``balanced_partition(equal_size=True)``, moving whole groups (rows with the same ``groups`` id: a
+    prompt's samples), so that each replica can run a shared prompt once (``use_prefix_grouper``); None
+    when the groups cannot fill ``k`` equal bins (unequal group sizes, or a count ``k`` does not divide)."""
+    members: dict[object, list[int]] = {}
+    for row, group in enumerate(groups):
+        members.setdefault(group, []).append(row)
+    rows = list(members.values())
+    if len({len(r) for r in rows}) != 1 or len(rows) % k:
+        return None
+    group_tokens = [sum(int(lengths[i]) for i in r) for r in rows]
+    return [
+        np.asarray(sorted(i for g in b for i in rows[g]), dtype=np.int64)
+        for b in balanced_partition(group_tokens, k, equal_size=True)
+    ]
+
+
 def micro_batch_count(lengths: Sequence[int], max_tokens: int) -> int:
     """The fewest balanced micro-batches whose token sums all stay within ``max_tokens`` (each row must
     fit on its own; at most one micro-batch per row)."""

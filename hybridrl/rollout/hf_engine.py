@@ -14,11 +14,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import torch
-from transformers import LogitsProcessor, LogitsProcessorList, PreTrainedModel
+from transformers import DynamicCache, LogitsProcessor, LogitsProcessorList, PreTrainedModel
 
+from hybridrl.models.loader import cache_keyword
 from hybridrl.models.weights import materialize
 from hybridrl.parallel.engine import state_digest
 from hybridrl.parallel.offload import HOST, move_module
+from hybridrl.parallel.prompt_sharing import prompt_groups
 from hybridrl.rollout.base import rollout_batch
 
 
@@ -163,6 +165,29 @@ class HFRolloutEngine:
             pad_token_id=self.pad_token_id,
         )
 
+    def _shared_prefill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[str, DynamicCache] | None:
+        """The key/value cache of every prompt but its last token, each distinct prompt computed once and
+        repeated to its rows (``rollout.n`` samples share one prompt: W1's prefill was 30% of ``generate``);
+        ``generate`` then starts from it (passed under the returned keyword). None where no two rows share
+        a prompt."""
+        keyword = cache_keyword(self.model)
+        positions = (attention_mask.cumsum(1) - 1).clamp(min=0)
+        groups = prompt_groups(input_ids, attention_mask, positions, input_ids.shape[1])
+        if groups is None or keyword is None or input_ids.shape[1] < 2:
+            return None
+        cache = DynamicCache()
+        first = groups.first
+        self.model(
+            input_ids=input_ids[first, :-1],
+            attention_mask=attention_mask[first, :-1],
+            position_ids=positions[first, :-1],
+            use_cache=True,
+            logits_to_keep=1,
+            **{keyword: cache},
+        )
+        cache.batch_select_indices(groups.inverse)
+        return keyword, cache
+
     def _generate_rows(
         self,
         input_ids: torch.Tensor,
@@ -173,6 +198,7 @@ class HFRolloutEngine:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """One ``generate`` call: (B, R) responses and their log-probs, right-padded to ``max_new_tokens``."""
         recorder = _SampledLogProbs(temperature if sampling["do_sample"] else 1.0)
+        prefilled = self._shared_prefill(input_ids, attention_mask)
         out = self.model.generate(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -182,6 +208,7 @@ class HFRolloutEngine:
             eos_token_id=self.eos_token_id,
             use_cache=True,
             logits_processor=LogitsProcessorList([recorder]),
+            **({} if prefilled is None else {prefilled[0]: prefilled[1]}),
             **sampling,
         )
         responses = out[:, input_ids.shape[1] :]  # (B, <=R)

@@ -26,7 +26,7 @@ from hybridrl.cluster.ray_cluster import object_store_stats
 from hybridrl.cluster.role_clients import RoleClients
 from hybridrl.config.schema import Config
 from hybridrl.data.dataset import EpochSampler, PromptDataset
-from hybridrl.parallel.partition import balanced_partition, token_imbalance
+from hybridrl.parallel.partition import balanced_group_partition, balanced_partition, token_imbalance
 from hybridrl.protocol import Batch
 from hybridrl.rewards.scorer import RewardScorer
 from hybridrl.seeds import rollout_seed, step_seed
@@ -185,13 +185,18 @@ class PPOTrainer:
     def _balance(self, batch: Batch, metrics: dict) -> Batch:
         """Rows reordered so that each data-parallel replica's contiguous share holds about as many real
         tokens (verl's ``balance_batch``): with ragged responses the replica with the longest rows would
-        otherwise set every phase's time. GRPO groups travel by ``uid``, not by position."""
+        otherwise set every phase's time. GRPO groups travel by ``uid``, not by position; with
+        ``use_prefix_grouper`` whole groups move, so that their shared prompt runs once."""
         replicas = self.roles.actor_rollout.train_replicas()
         if replicas == 1 or len(batch) % replicas:
             return batch
         lengths = batch.tensors["attention_mask"].sum(-1).tolist()
         shares = np.array_split(np.arange(len(batch)), replicas)
-        bins = balanced_partition(lengths, replicas, equal_size=True)
+        bins = None
+        if self.cfg.actor_rollout_ref.actor.use_prefix_grouper:  # a prompt's samples stay on one replica
+            bins = balanced_group_partition(lengths, batch.non_tensors["uid"].tolist(), replicas)
+        if bins is None:
+            bins = balanced_partition(lengths, replicas, equal_size=True)
         metrics["train/dp_token_imbalance_before"] = token_imbalance(lengths, shares)
         metrics["train/dp_token_imbalance"] = token_imbalance(lengths, bins)
         return batch[np.concatenate(bins)]

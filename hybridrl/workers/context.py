@@ -83,6 +83,7 @@ def build_engine(
         weights=weights,
         remove_padding=remove_padding,
         fused_kernels=fused_kernels,
+        share_prompts=isinstance(section, TrainedRoleConfig) and section.use_prefix_grouper,
     )
     if not train:
         engine.model.eval()

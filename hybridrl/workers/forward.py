@@ -53,6 +53,8 @@ def response_values(values: ModelOutput, batch: Batch) -> torch.Tensor:
         return rows.unpack_responses(values.output[:, rows.response_index]).float()
     assert isinstance(values, torch.Tensor), "a value model's output"
     resp_len = batch.tensors["responses"].shape[1]
+    if values.shape[1] == resp_len:  # already at the response positions (shared prompts)
+        return values.float()
     return values[:, -resp_len - 1 : -1].float()  # (B, R)
 
 

@@ -154,7 +154,7 @@ class Worker:
             value = fn(*args, **kwargs)
             synchronize(self.device)
         finally:
-            trim_freed_memory()  # the phase's freed host memory goes back before the next phase
+            trim_freed_memory()  # the phase's freed host memory (beyond 256 MB) goes back before the next phase
         span = Span(name, start, time.time())
         return CallResult(value, span, self.recorder.drain(), sampler.stop())
 

@@ -94,3 +94,8 @@ def test_the_docs_table_shows_every_rule_in_order():
         for row in rows
     ]
     assert table == list(VERL_ANSWERS), "docs/CONFIG.md's 'Coming from verl' table differs from VERL_ANSWERS"
+    same = sum(key in set(leaf_keys(Config)) for key in VERL_KEYS)
+    counts = f"{same} of the {len(VERL_KEYS)} keys work unchanged"
+    assert counts in " ".join(section.split()), f"docs/CONFIG.md's 'Coming from verl' should say: {counts}"
+    rules = f"The other {len(VERL_KEYS) - same} keys are answered by the {len(VERL_ANSWERS)} rules below"
+    assert rules in " ".join(section.split()), f"docs/CONFIG.md's 'Coming from verl' should say: {rules}"

@@ -2,6 +2,7 @@ import torch
 
 from hybridrl.models.loader import load_causal_lm, load_tokenizer
 from hybridrl.models.tiny import ensure_tiny_model
+from hybridrl.parallel import prompt_sharing
 from hybridrl.rollout.base import position_ids_from, response_mask_from
 from hybridrl.rollout.hf_engine import HFRolloutEngine
 
@@ -91,3 +92,27 @@ def test_generate_in_chunks_of_a_token_budget_matches_one_call(tmp_path):
     b = chunked.generate(enc["input_ids"], enc["attention_mask"], **kwargs)
     assert torch.equal(a["responses"], b["responses"])
     torch.testing.assert_close(a["rollout_log_probs"], b["rollout_log_probs"], atol=1e-5, rtol=0)
+
+
+def test_rows_sharing_a_prompt_prefill_it_once_and_sample_as_before(tmp_path, monkeypatch):
+    monkeypatch.setattr(prompt_sharing, "MIN_SAVED_TOKENS", 0)  # 12 rows of 4-token prompts save 36 tokens
+    engine, tok = _tiny_engine(tmp_path)
+    enc = tok(["12=", "3=", "456="], padding=True, return_tensors="pt", add_special_tokens=False)
+    ids, mask = enc["input_ids"].repeat_interleave(4, 0), enc["attention_mask"].repeat_interleave(4, 0)
+    kwargs = dict(max_new_tokens=6, do_sample=True, temperature=0.9, top_k=0, top_p=1.0, seed=5)
+    prefilled = []
+    original = engine._shared_prefill
+
+    def recorded(input_ids, attention_mask):
+        out = original(input_ids, attention_mask)
+        prefilled.append(None if out is None else (out[1].get_seq_length(), out[1].layers[0].keys.shape[0]))
+        return out
+
+    monkeypatch.setattr(engine, "_shared_prefill", recorded)
+    shared = engine.generate(ids, mask, **kwargs)
+    assert prefilled == [(ids.shape[1] - 1, len(ids))]  # every prompt token but the last, for every row
+    monkeypatch.setattr(engine, "_shared_prefill", lambda i, m: None)
+    plain = engine.generate(ids, mask, **kwargs)
+    assert torch.equal(shared["responses"], plain["responses"])
+    assert len({tuple(r) for r in shared["responses"].tolist()}) > 3  # the samples of a prompt differ
+    torch.testing.assert_close(shared["rollout_log_probs"], plain["rollout_log_probs"], atol=1e-5, rtol=0)
