@@ -58,6 +58,10 @@ class ActorRolloutClient(RoleClient):
         """``old_log_probs`` and ``old_entropy`` of the responses under the current policy."""
         return self._dp(ActorRolloutRole.compute_log_prob, batch)
 
+    def rollout_log_probs_exact(self) -> list[bool]:
+        """Per rank: whether its generation engine's log-probs are the trainer's up to float rounding."""
+        return self._all(ActorRolloutRole.rollout_log_probs_exact)
+
     def train_replicas(self) -> int:
         """The data-parallel replicas the actor trains on (each gets an equal, contiguous share of rows)."""
         return self.group.dp_layout(self.role, ActorRolloutRole.update_actor.__name__)[0].replicas

@@ -34,6 +34,7 @@ from hybridrl.tracking.breakdown import format_breakdown
 from hybridrl.tracking.tracker import Tracker
 from hybridrl.trainer.metrics import data_metrics, throughput_metrics
 from hybridrl.trainer.monitor import RunMonitor
+from hybridrl.trainer.old_log_probs import OldLogProbs, old_log_prob_source
 from hybridrl.trainer.perf_metrics import StepPerf
 from hybridrl.trainer.rewarding import RewardStep
 from hybridrl.trainer.run_record import RunRecord
@@ -47,17 +48,6 @@ FORWARD_KEYS = ["input_ids", "attention_mask", "position_ids", "responses", "res
 
 def _mean_over_ranks(rows: list[dict[str, float]]) -> dict[str, float]:
     return {k: sum(r[k] for r in rows) / len(rows) for k in rows[0]}
-
-
-def old_log_prob_pass_needed(cfg: Config) -> bool:
-    """False when the update is exactly on-policy (one epoch, one mini-batch: every micro-batch sees the
-    weights that generated the rollouts) and nothing reads the old log-probs before the update (KL in the
-    reward, rollout correction); the update then takes them from its own forward, detached, as
-    single-process trainers do, and the PPO ratio is exactly 1."""
-    actor = cfg.actor_rollout_ref.actor
-    one_mini_batch = actor.ppo_mini_batch_size >= cfg.data.train_batch_size
-    needed_before = cfg.algorithm.use_kl_in_reward or cfg.algorithm.rollout_correction.rollout_is is not None
-    return not (actor.ppo_epochs == 1 and one_mini_batch and not needed_before)
 
 
 def _place_at_last_token(scores: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
@@ -113,13 +103,8 @@ class PPOTrainer:
         )
         self.num_workers = sum(group.world_size for group in roles.groups())
         self.history: list[dict[str, float]] = []
-        self.old_log_prob_pass = old_log_prob_pass_needed(cfg)
-        logger.info(
-            "Old log-probs: %s",
-            "a separate forward pass before the update"
-            if self.old_log_prob_pass
-            else "taken from the update's own forward (one epoch, one mini-batch: exactly on-policy; no separate pass)",
-        )
+        self.old_log_probs = old_log_prob_source(cfg, all(roles.actor_rollout.rollout_log_probs_exact()))
+        logger.info("Old log-probs: %s", self.old_log_probs.value)
 
     # -- rollout -------------------------------------------------------------------------------
     def _generate_and_score(self, step: int, round_: int, timings: dict, metrics: dict) -> Batch:
@@ -204,9 +189,11 @@ class PPOTrainer:
     # -- evaluation ----------------------------------------------------------------------------
     def _evaluate(self, batch: Batch, timings: dict) -> None:
         forward_in = batch.select(tensor_keys=FORWARD_KEYS, non_tensor_keys=[], meta_keys=[])
-        if self.old_log_prob_pass:
+        if self.old_log_probs == OldLogProbs.PASS:
             with self.monitor.phase("old_log_prob", timings):
                 batch.union(self.roles.actor_rollout.compute_log_prob(forward_in))
+        elif self.old_log_probs == OldLogProbs.ROLLOUT:
+            batch.tensors["old_log_probs"] = batch.tensors["rollout_log_probs"] * batch.tensors["response_mask"]
         if self.roles.ref is not None:
             with self.monitor.phase("ref", timings):
                 batch.union(self.roles.ref.compute_ref_log_prob(forward_in))
@@ -218,8 +205,8 @@ class PPOTrainer:
         """How far the rollout engine's log-probs are from the trainer's, and (``rollout_correction``) the
         truncated importance weights that correct the policy loss for it."""
         t = batch.tensors
-        if "rollout_log_probs" not in t.keys() or "old_log_probs" not in t.keys():
-            return
+        if self.old_log_probs != OldLogProbs.PASS or "rollout_log_probs" not in t.keys():
+            return  # no trainer log-probs to compare with before the update
         mask = t["response_mask"]
         metrics.update(rollout_probs_diff(t["old_log_probs"], t["rollout_log_probs"], mask))
         correction = self.cfg.algorithm.rollout_correction

@@ -10,6 +10,7 @@ import torch
 
 from hybridrl.algorithms.losses import agg_loss, compute_kl_loss, get_policy_loss
 from hybridrl.algorithms.token_logprobs import TokenScoring
+from hybridrl.config.choices import Precision
 from hybridrl.config.roles import ROLE_SECTIONS
 from hybridrl.config.schema import ActorConfig, Config, ModelConfig, RolloutConfig
 from hybridrl.models.loader import (
@@ -23,6 +24,7 @@ from hybridrl.parallel.dtypes import rollout_dtype, weights_dtype
 from hybridrl.parallel.packing import ModelOutput
 from hybridrl.protocol import Batch
 from hybridrl.rollout.factory import build_rollout_engine
+from hybridrl.rollout.hf_engine import HFRolloutEngine
 from hybridrl.seeds import rank_sampling_seed
 from hybridrl.workers.context import DataLayout, EngineRole, WorkerContext, build_engine
 from hybridrl.workers.forward import MicroBatching, forward_rows, ppo_update, response_log_probs
@@ -148,6 +150,17 @@ class ActorRolloutRole(EngineRole):
         )
         texts = self.tokenizer.batch_decode(out["responses"], skip_special_tokens=True)
         return Batch.from_dict(tensors={k: v.cpu() for k, v in out.items()}, non_tensors={"response_text": texts})
+
+    def rollout_log_probs_exact(self) -> bool:
+        """Whether the generation engine's log-probs of its samples are the trainer's up to float rounding,
+        so that they can stand in for the old-log-prob pass: Hugging Face ``generate`` on the same weights
+        in fp32, trained in fp32 (no autocast), where the rollouts are scored at the sampling temperature."""
+        return (
+            isinstance(self.rollout, HFRolloutEngine)
+            and self.rollout_dtype == torch.float32
+            and self.actor_cfg.precision == Precision.fp32
+            and all(p.dtype == torch.float32 for p in self.engine.model.parameters())
+        )
 
     # -- data layout ---------------------------------------------------------------------------
     def dp_layout(self, method: str) -> DataLayout:

@@ -9,7 +9,7 @@ from safetensors.torch import load_file, save_file
 
 from hybridrl.config.loader import load_config
 from hybridrl.parallel.launch import run_ranks
-from hybridrl.trainer.ppo_trainer import old_log_prob_pass_needed
+from hybridrl.trainer.old_log_probs import old_log_prob_pass_needed
 from tests.parallel.test_fsdp_parity import make_batch, overrides
 from tests.tiny_models import tiny
 
