@@ -288,6 +288,19 @@ CONFIG_VALUES = [
         marks=pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here"),
     ),
     pytest.param(
+        ["actor_rollout_ref.rollout.overlap=true"],
+        2,
+        r"overlap=true generates while the actor trains, so generation needs workers of its own: add "
+        r"resource_pool\.pools\.rollout_pool",
+        id="overlap-without-rollout-pool",
+    ),
+    pytest.param(
+        ["+resource_pool.mapping.rollout=global_pool"],
+        2,
+        r"resource_pool\.mapping\.rollout=global_pool shares a pool with other roles",
+        id="rollout-pool-shared",
+    ),
+    pytest.param(
         ["reward_model.reward_manager=batch"],
         2,
         r"reward_manager=batch calls a custom reward function once per batch: set custom_reward_function\.path",

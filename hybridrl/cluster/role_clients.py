@@ -23,6 +23,7 @@ from hybridrl.workers.actor_rollout import ActorRolloutRole
 from hybridrl.workers.critic import CriticRole
 from hybridrl.workers.ref import RefRole
 from hybridrl.workers.reward_model import RewardModelRole
+from hybridrl.workers.rollout import RolloutRole
 from hybridrl.workers.tracing import CallResult
 
 
@@ -76,6 +77,45 @@ class ActorRolloutClient(RoleClient):
     def state_digest(self) -> list[dict[str, str]]:
         return self._all(ActorRolloutRole.state_digest)
 
+    def open_weight_channel(self, address: str, port: int, size: int, timeout_s: float) -> Callable[[], list[Any]]:
+        return self.group.submit_all(
+            self.role, ActorRolloutRole.open_weight_channel.__name__, address, port, size, timeout_s
+        )
+
+    def send_weights(self) -> Callable[[], list[Any]]:
+        """Started now: every rank gathers the weights, the first sends them to the rollout workers."""
+        return self.group.submit_all(self.role, ActorRolloutRole.send_weights.__name__)
+
+
+class RolloutClient(RoleClient):
+    """Generation-only workers on a pool of their own."""
+
+    role = "rollout"
+
+    def generate(self, batch: Batch) -> Batch:
+        return self.submit_generate(batch)()
+
+    def submit_generate(self, batch: Batch) -> Callable[[], Batch]:
+        """Generation started now; the returned function waits for the responses (``rollout.overlap``)."""
+        pending = self.group.submit_dp(self.role, RolloutRole.generate.__name__, batch)
+
+        def result() -> Batch:
+            out, self.last_results = pending()
+            return out
+
+        return result
+
+    def open_weight_channel(self, address: str, port: int, size: int, timeout_s: float) -> Callable[[], list[Any]]:
+        return self.group.submit_all(
+            self.role, RolloutRole.open_weight_channel.__name__, address, port, size, timeout_s
+        )
+
+    def receive_weights(self, version: int) -> Callable[[], list[Any]]:
+        return self.group.submit_all(self.role, RolloutRole.receive_weights.__name__, version)
+
+    def state_digest(self) -> list[dict[str, str]]:
+        return self._all(RolloutRole.state_digest)
+
 
 class CriticClient(RoleClient):
     role = "critic"
@@ -112,20 +152,22 @@ class RoleClients:
     critic: CriticClient | None = None
     ref: RefClient | None = None
     reward_model: RewardModelClient | None = None
+    rollout: RolloutClient | None = None  # generation workers of their own (``resource_pool.mapping.rollout``)
 
     def groups(self) -> list[WorkerGroup]:
         """Each worker group once (colocated roles share one)."""
-        clients = [self.actor_rollout, self.critic, self.ref, self.reward_model]
+        clients = [self.actor_rollout, self.critic, self.ref, self.reward_model, self.rollout]
         return list({id(c.group): c.group for c in clients if c is not None}.values())
 
 
 def make_clients(groups: list[WorkerGroup]) -> RoleClients:
     """One client per role the groups host, on the group that hosts it."""
     group_of = {role: group for group in groups for role in group.roles}
-    critic, ref, rm = (group_of.get(role) for role in ("critic", "ref", "reward_model"))
+    critic, ref, rm, rollout = (group_of.get(role) for role in ("critic", "ref", "reward_model", "rollout"))
     return RoleClients(
         actor_rollout=ActorRolloutClient(group_of["actor_rollout"]),
         critic=CriticClient(critic) if critic is not None else None,
         ref=RefClient(ref) if ref is not None else None,
         reward_model=RewardModelClient(rm) if rm is not None else None,
+        rollout=RolloutClient(rollout) if rollout is not None else None,
     )

@@ -223,8 +223,16 @@ class WorkerGroup:
 
     def call_all(self, role: str, method: str, *args: Any, **kwargs: Any) -> list[Any]:
         """Run ``role.method(*args)`` on every rank and return the per-rank values."""
+        return self.submit_all(role, method, *args, **kwargs)()
+
+    def submit_all(self, role: str, method: str, *args: Any, **kwargs: Any) -> Callable[[], list[Any]]:
+        """``call_all`` started now; the returned function waits for its per-rank values."""
         refs = [a.call.remote(role, method, *args, **kwargs) for a in self.actors]
-        return [r.value for r in self._gather(refs, f"{role}.{method}")]
+        return lambda: [r.value for r in self._gather(refs, f"{role}.{method}")]
+
+    def free_address(self) -> tuple[str, int]:
+        """An address and a free port on the first rank's node (for a channel that rank hosts)."""
+        return tuple(self._wait([self.actors[0].master_address.remote()], "master_address")[0])
 
     def execute_all(self, fn: Callable[..., Any], *args: Any) -> list[Any]:
         """Run ``fn(worker, *args)`` on every rank (diagnostics); returns the per-rank values."""
@@ -261,14 +269,23 @@ class WorkerGroup:
         (tensor-parallel ranks, pipeline stages) get the same object ref, where passing the batch by value
         would serialise it once per rank.
         """
+        return self.submit_split(role, method, batch)()
+
+    def submit_split(self, role: str, method: str, batch: Batch) -> Callable[[], list[CallResult]]:
+        """``call_split`` started now; the returned function waits for its results (so the driver can
+        work, or other groups compute, meanwhile: ``rollout.overlap``)."""
         layout = self.dp_layout(role, method)
         shards = [ray.put(shard.compact()) for shard in batch.split(layout[0].replicas)]
         refs = [a.call.remote(role, method, shards[rank.replica]) for a, rank in zip(self.actors, layout)]
-        results = self._gather(refs, f"{role}.{method}", shards)
-        collected = sorted(
-            ((rank.replica, r) for r, rank in zip(results, layout) if rank.collects), key=lambda pair: pair[0]
-        )
-        return [r for _, r in collected]
+
+        def result() -> list[CallResult]:
+            results = self._gather(refs, f"{role}.{method}", shards)
+            collected = sorted(
+                ((rank.replica, r) for r, rank in zip(results, layout) if rank.collects), key=lambda pair: pair[0]
+            )
+            return [r for _, r in collected]
+
+        return result
 
     def call_dp(self, role: str, method: str, batch: Batch) -> tuple[Batch, list[CallResult]]:
         """Split ``batch`` over the data-parallel replicas, run ``role.method`` on each shard, gather the
@@ -276,9 +293,18 @@ class WorkerGroup:
 
         Also returns the per-replica call results (their spans and resources; values are the shards).
         """
+        return self.submit_dp(role, method, batch)()
+
+    def submit_dp(self, role: str, method: str, batch: Batch) -> Callable[[], tuple[Batch, list[CallResult]]]:
+        """``call_dp`` started now; the returned function waits for the gathered rows."""
         padded, pad = batch.pad_to_divisor(self.dp_layout(role, method)[0].replicas)
-        results = self.call_split(role, method, padded)
-        return Batch.concat([r.value for r in results]).unpad(pad), results
+        pending = self.submit_split(role, method, padded)
+
+        def result() -> tuple[Batch, list[CallResult]]:
+            results = pending()
+            return Batch.concat([r.value for r in results]).unpad(pad), results
+
+        return result
 
     def shutdown(self) -> None:
         if self.actors:

@@ -5,15 +5,17 @@ from __future__ import annotations
 from hybridrl.algorithms.advantages import get_adv_estimator
 from hybridrl.config.schema import Config, RewardModelConfig, TrainedRoleConfig
 
-# Each role (the names used in ``resource_pool.mapping``) and the config section that holds its engine
-# settings (the reference follows the actor's).
+# Each role with a training engine (the names used in ``resource_pool.mapping``) and the config section
+# that holds its engine settings (the reference follows the actor's).
 ROLE_SECTIONS = {
     "actor_rollout": "actor_rollout_ref.actor",
     "critic": "critic",
     "ref": "actor_rollout_ref.actor",
     "reward_model": "reward_model",
 }
-ROLES: tuple[str, ...] = tuple(ROLE_SECTIONS)
+#: Generation-only workers (``resource_pool.mapping.rollout``): a generation engine, no training engine.
+ROLLOUT = "rollout"
+ROLES: tuple[str, ...] = (*ROLE_SECTIONS, ROLLOUT)
 
 
 def engine_section(cfg: Config, role: str) -> TrainedRoleConfig | RewardModelConfig:
@@ -46,4 +48,11 @@ def active_roles(cfg: Config) -> list[str]:
         roles.append("ref")
     if cfg.reward_model.enable:
         roles.append("reward_model")
+    if ROLLOUT in cfg.resource_pool.mapping:
+        roles.append(ROLLOUT)
     return roles
+
+
+def engine_roles(cfg: Config) -> list[str]:
+    """The active roles that hold a training engine (all but the generation-only workers)."""
+    return [role for role in active_roles(cfg) if role in ROLE_SECTIONS]

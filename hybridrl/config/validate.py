@@ -19,7 +19,7 @@ from hybridrl.config.errors import fail as _fail
 from hybridrl.config.paths import check_paths
 from hybridrl.config.pools import ResourcePoolManager
 from hybridrl.config.ranges import check_ranges
-from hybridrl.config.roles import ROLE_SECTIONS, ROLES, active_roles, engine_section
+from hybridrl.config.roles import ROLE_SECTIONS, ROLES, ROLLOUT, active_roles, engine_section
 from hybridrl.config.schema import Config, TrainedRoleConfig
 from hybridrl.data.tasks import TASKS, make_task
 from hybridrl.parallel.layout import megatron_fit_errors
@@ -146,7 +146,9 @@ def validate(cfg: Config) -> None:
     check_ranges(cfg)
     _check_algorithm(cfg)
     workers = _check_pools(cfg)
-    _check_rollout_engine(cfg, workers["actor_rollout"])
+    _check_rollout_engine(cfg, workers.get(ROLLOUT, workers["actor_rollout"]))
+    _check_rollout_pool(cfg)
+    workers.pop(ROLLOUT, None)  # generation-only: no training engine, batch split by generation replicas
     replicas = _check_megatron(cfg, workers)
     n = cfg.actor_rollout_ref.rollout.n
     prompts = cfg.data.train_batch_size
@@ -192,9 +194,39 @@ def validate(cfg: Config) -> None:
         )
 
 
+def _check_rollout_pool(cfg: Config) -> None:
+    """A rollout pool of its own, and the overlap that needs one."""
+    mapping, rollout = cfg.resource_pool.mapping, cfg.actor_rollout_ref.rollout
+    if ROLLOUT not in mapping:
+        if rollout.overlap:
+            _fail(
+                "actor_rollout_ref.rollout.overlap=true generates while the actor trains, so generation needs "
+                "workers of its own: add resource_pool.pools.rollout_pool={GPU: n} and "
+                "resource_pool.mapping.rollout=rollout_pool."
+            )
+        return
+    if mapping[ROLLOUT] in {pool for role, pool in mapping.items() if role != ROLLOUT}:
+        _fail(
+            f"resource_pool.mapping.rollout={mapping[ROLLOUT]} shares a pool with other roles; give the rollout "
+            f"workers a pool of their own (colocated, the actor's workers already generate: drop the key)."
+        )
+    if rollout.name == RolloutName.sglang:
+        _fail(
+            "resource_pool.mapping.rollout: a rollout pool of its own is not supported yet with sglang; use hf or vllm."
+        )
+    if rollout.overlap and (
+        cfg.algorithm.filter_groups.enable or get_adv_estimator(cfg.algorithm.adv_estimator).needs_greedy_baseline
+    ):
+        _fail(
+            "actor_rollout_ref.rollout.overlap=true prefetches one generation per step: not supported yet with "
+            "algorithm.filter_groups.enable (extra rounds) or adv_estimator=remax (a greedy pass); turn one off."
+        )
+
+
 def _check_rollout_engine(cfg: Config, actor_workers: int) -> None:
     """The engine is installed (in the driver's environment, which the workers share) and its replicas
-    tile the actor's ranks; caught here, before Ray, instead of in every worker."""
+    tile the generating ranks (the actor's, or a rollout pool's); caught here, before Ray, instead of in
+    every worker."""
     rollout = cfg.actor_rollout_ref.rollout
     key = "actor_rollout_ref.rollout"
     tp = rollout.tensor_model_parallel_size
@@ -206,8 +238,9 @@ def _check_rollout_engine(cfg: Config, actor_workers: int) -> None:
             )
         return
     if actor_workers % tp:
+        who = "rollout pool's" if ROLLOUT in cfg.resource_pool.mapping else "actor's"
         _fail(
-            f"{key}.tensor_model_parallel_size={tp} must divide the actor's {actor_workers} workers (each "
+            f"{key}.tensor_model_parallel_size={tp} must divide the {who} {actor_workers} workers (each "
             f"generation replica spans tensor_model_parallel_size of them)."
         )
     if rollout.name == RolloutName.vllm and importlib.util.find_spec("vllm") is None:

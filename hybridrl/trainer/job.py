@@ -25,7 +25,7 @@ from hybridrl.config.choices import Strategy
 from hybridrl.config.errors import ConfigError
 from hybridrl.config.loader import to_yaml
 from hybridrl.config.pools import ResourcePoolManager
-from hybridrl.config.roles import active_roles, engine_section
+from hybridrl.config.roles import ROLLOUT, active_roles, engine_section
 from hybridrl.config.schema import Config, TrainedRoleConfig
 from hybridrl.data.dataset import PromptDataset, build_datasets
 from hybridrl.logging_utils import quiet_libraries
@@ -59,6 +59,9 @@ def prepare_model(cfg: Config, output_dir: Path) -> tuple[str, str]:
 
 def describe_strategy(cfg: Config, role: str, workers: int) -> str:
     """One line for the log: the role's strategy and layout."""
+    if role == ROLLOUT:
+        rollout = cfg.actor_rollout_ref.rollout
+        return f"generation only ({rollout.name}, overlap={'on' if rollout.overlap else 'off'})"
     section = engine_section(cfg, role)
     if isinstance(section, TrainedRoleConfig) and section.strategy == Strategy.megatron:
         m = section.parallel_config.megatron

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from hybridrl.checkpoint.manager import CheckpointError, CheckpointManager
 from hybridrl.checkpoint.shards import rng_state
 from hybridrl.cluster.errors import WorkerCallError, system_failure
 from hybridrl.cluster.ray_cluster import object_store_stats
-from hybridrl.cluster.role_clients import RoleClients
+from hybridrl.cluster.role_clients import ActorRolloutClient, RoleClients, RolloutClient
 from hybridrl.config.schema import Config
 from hybridrl.data.dataset import EpochSampler, PromptDataset
 from hybridrl.parallel.partition import balanced_group_partition, balanced_partition, token_imbalance
@@ -37,6 +38,7 @@ from hybridrl.trainer.monitor import RunMonitor
 from hybridrl.trainer.old_log_probs import OldLogProbs, old_log_prob_source
 from hybridrl.trainer.perf_metrics import StepPerf
 from hybridrl.trainer.rewarding import RewardStep
+from hybridrl.trainer.rollout_pool import Prefetched, SeparateRollout
 from hybridrl.trainer.run_record import RunRecord
 from hybridrl.trainer.validation import run_validation
 
@@ -103,25 +105,80 @@ class PPOTrainer:
         )
         self.num_workers = sum(group.world_size for group in roles.groups())
         self.history: list[dict[str, float]] = []
-        self.old_log_probs = old_log_prob_source(cfg, all(roles.actor_rollout.rollout_log_probs_exact()))
+        rollout = cfg.actor_rollout_ref.rollout
+        # Generation on the actor's workers, or on a rollout pool of its own (weights handed over to it).
+        self.generator: ActorRolloutClient | RolloutClient = roles.rollout or roles.actor_rollout
+        self.separate = (
+            SeparateRollout(roles.actor_rollout, roles.rollout, cfg.trainer.ray.call_timeout_s)
+            if roles.rollout is not None
+            else None
+        )
+        self.overlap = rollout.overlap and self.separate is not None
+        self.prefetched: Prefetched | None = None
+        self.old_log_probs = old_log_prob_source(
+            cfg, all(roles.actor_rollout.rollout_log_probs_exact()), overlapped=self.overlap
+        )
         logger.info("Old log-probs: %s", self.old_log_probs.value)
+        if self.separate is not None:
+            logger.info(
+                "Generation on a rollout pool of its own; %s",
+                "the next step's overlaps this step's training (one step off-policy)"
+                if self.overlap
+                else "each step generates, then trains",
+            )
 
     # -- rollout -------------------------------------------------------------------------------
+    def _prompts(self, step: int, round_: int) -> tuple[Batch, Batch, Batch]:
+        """This step's prompts, their rows (each prompt ``rollout.n`` times) and the generation inputs."""
+        n = self.cfg.actor_rollout_ref.rollout.n
+        prompts = self.dataset.collate(self.sampler.next_indices())
+        # Group ids unique per step and round: rows sampled from one prompt share it (GRPO groups).
+        prompts.non_tensors["uid"] = np.array([f"{step}.{round_}.{i}" for i in range(len(prompts))], dtype=object)
+        batch = prompts.repeat(n, interleave=True)
+        gen_in = batch.pop(tensor_keys=GEN_KEYS)
+        gen_in.meta = {"seed": rollout_seed(self.cfg.trainer.seed, step, round_)}
+        return prompts, batch, gen_in
+
+    def _hand_over(self, timings: dict) -> None:
+        """A rollout pool of its own gets the actor's current weights (if it lacks them) before it generates."""
+        if self.separate is not None:
+            with self.monitor.phase("weight_handover", timings):
+                self.separate.hand_over()
+
+    def _start_generation(self, gen_in: Batch) -> Callable[[], Batch]:
+        """Generation started on the generating workers; the returned function waits for the responses."""
+        if self.separate is None:
+            return lambda: self.roles.actor_rollout.generate(gen_in)
+        return self.separate.rollout.submit_generate(gen_in)
+
     def _generate_and_score(self, step: int, round_: int, timings: dict, metrics: dict) -> Batch:
         cfg = self.cfg
         n = cfg.actor_rollout_ref.rollout.n
         seed = rollout_seed(cfg.trainer.seed, step, round_)
+        prefetched, self.prefetched = self.prefetched, None
+        if prefetched is not None and (prefetched.step != step or round_):  # not this round's: drawn again
+            self.sampler.load_state_dict(prefetched.sampler_state)
+            prefetched = None
         with self.monitor.phase("data", timings):
-            prompts = self.dataset.collate(self.sampler.next_indices())
-        # Group ids unique per step and round: rows sampled from one prompt share it (GRPO groups).
-        prompts.non_tensors["uid"] = np.array([f"{step}.{round_}.{i}" for i in range(len(prompts))], dtype=object)
-        batch = prompts.repeat(n, interleave=True)
-        actor = self.roles.actor_rollout
+            if prefetched is None:
+                prompts, batch, gen_in = self._prompts(step, round_)
+            else:
+                prompts, batch = prefetched.prompts, prefetched.batch
+        if prefetched is None:
+            self._hand_over(timings)
         with self.monitor.phase("gen", timings):
-            gen_in = batch.pop(tensor_keys=GEN_KEYS)
-            gen_in.meta = {"seed": seed}
-            batch.union(actor.generate(gen_in))
-            metrics.update(RunMonitor.sub_span_timings(actor.last_results))
+            batch.union(prefetched.responses() if prefetched is not None else self._start_generation(gen_in)())
+            metrics.update(RunMonitor.sub_span_timings(self.generator.last_results))
+        if self.overlap and step < cfg.trainer.total_steps:
+            # The next step's generation runs while this step scores and trains, on the weights before
+            # this step's update (the rollout workers are idle now: the hand-over waits for nobody).
+            self._hand_over(timings)
+            sampler_state = self.sampler.state_dict()
+            next_prompts, next_batch, next_in = self._prompts(step + 1, 0)
+            self.prefetched = Prefetched(
+                step + 1, next_prompts, next_batch, self._start_generation(next_in), sampler_state
+            )
+        actor = self.generator
         with self.monitor.phase("reward", timings):
             scores = self.reward(batch, metrics).scores
             batch.tensors["token_level_scores"] = _place_at_last_token(scores, batch.tensors["response_mask"])
@@ -264,11 +321,15 @@ class PPOTrainer:
                 keys.append("rollout_is_weights")
             actor_in = batch.select(tensor_keys=keys, non_tensor_keys=[], meta_keys=["seed"])
             metrics.update(_mean_over_ranks(self.roles.actor_rollout.update_actor(actor_in)))
+        if self.separate is not None:
+            self.separate.weights_changed()
 
     def validate(self, step: int) -> dict[str, float]:
         if self.val_dataset is None:
             return {}
-        return run_validation(self.cfg, self.roles.actor_rollout, self.reward, self.val_dataset, step, self.output_dir)
+        if self.separate is not None:
+            self.separate.hand_over()
+        return run_validation(self.cfg, self.generator, self.reward, self.val_dataset, step, self.output_dir)
 
     def step(self, step: int, save_checkpoint: bool = False, validate: bool = False) -> dict[str, float]:
         timings: dict[str, float] = {}
@@ -308,8 +369,10 @@ class PPOTrainer:
     # -- checkpoints -------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """The driver's part of a checkpoint: data position, KL controller, driver RNG."""
+        # A generation started for the next step drew its prompts already: a resumed run draws them again.
+        sampler = self.prefetched.sampler_state if self.prefetched is not None else self.sampler.state_dict()
         return {
-            "sampler": self.sampler.state_dict(),
+            "sampler": sampler,
             "kl_ctrl": self.kl_ctrl.state_dict(),
             "driver_rng": rng_state()[0],
             "run": self.record.state_dict(),

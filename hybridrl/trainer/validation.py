@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from hybridrl.cluster.role_clients import ActorRolloutClient
+from hybridrl.cluster.role_clients import ActorRolloutClient, RolloutClient
 from hybridrl.config.schema import Config
 from hybridrl.data.dataset import PromptDataset
 from hybridrl.protocol import Batch
@@ -26,7 +26,7 @@ GEN_KEYS = ["input_ids", "attention_mask", "position_ids"]
 
 def run_validation(
     cfg: Config,
-    actor: ActorRolloutClient,
+    actor: ActorRolloutClient | RolloutClient,
     reward: RewardStep,
     dataset: PromptDataset,
     step: int,

@@ -1,8 +1,8 @@
-"""The ActorRollout role: the policy trained under a parallel strategy, plus its generation engine."""
+"""The ActorRollout role: the policy trained under a parallel strategy, plus its generation engine (or the
+sending end of the weight channel to a rollout pool of its own)."""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from pathlib import Path
 
@@ -11,7 +11,7 @@ import torch
 from hybridrl.algorithms.losses import agg_loss, compute_kl_loss, get_policy_loss
 from hybridrl.algorithms.token_logprobs import TokenScoring
 from hybridrl.config.choices import Precision
-from hybridrl.config.roles import ROLE_SECTIONS
+from hybridrl.config.roles import ROLE_SECTIONS, active_roles
 from hybridrl.config.schema import ActorConfig, Config, ModelConfig, RolloutConfig
 from hybridrl.models.loader import (
     attention_implementation,
@@ -22,12 +22,12 @@ from hybridrl.models.loader import (
 )
 from hybridrl.parallel.dtypes import rollout_dtype, weights_dtype
 from hybridrl.parallel.packing import ModelOutput
+from hybridrl.parallel.weight_channel import WeightChannel
 from hybridrl.protocol import Batch
-from hybridrl.rollout.factory import build_rollout_engine
-from hybridrl.rollout.hf_engine import HFRolloutEngine
-from hybridrl.seeds import rank_sampling_seed
+from hybridrl.rollout.base import RolloutEngine
 from hybridrl.workers.context import DataLayout, EngineRole, WorkerContext, build_engine
 from hybridrl.workers.forward import MicroBatching, forward_rows, ppo_update, response_log_probs
+from hybridrl.workers.generation import Generation, open_channel
 
 logger = logging.getLogger(__name__)
 
@@ -44,12 +44,13 @@ class ActorRolloutRole(EngineRole):
         max_prompt_length: int,
         total_steps: int = 1,
         seed: int = 0,
+        separate_rollout: bool = False,
     ) -> None:
-        """``total_steps``: the run's training steps, the learning-rate schedule's length."""
+        """``total_steps``: the run's training steps, the learning-rate schedule's length.
+        ``separate_rollout``: generation-only workers on a pool of their own generate, not these."""
         self.ctx = ctx
         self.actor_cfg = actor
         self.rollout_cfg = rollout
-        self.max_response_length = max_response_length
         self.tokenizer = load_tokenizer(ctx.tokenizer_path, model.trust_remote_code)
         # Built empty and filled shard by shard: no rank holds the whole fp32 model.
         dtype = weights_dtype(actor.fsdp.model_dtype, trained=True, device=ctx.device)
@@ -74,26 +75,29 @@ class ActorRolloutRole(EngineRole):
             fused_kernels=model.use_fused_kernels,
             total_steps=total_steps,
         )
-        # The generation engine starts empty (or on random weights) in its own dtype; the first hand-over
-        # fills it. ``export_skeleton`` (parameters on the meta device) names the weights for exports.
         self.rollout_dtype = rollout_dtype(rollout.dtype, actor.precision, ctx.device)
-        self.export_skeleton, _ = empty_causal_lm(ctx.model_path, model.trust_remote_code, self.rollout_dtype)
-        self.rollout = build_rollout_engine(
-            rollout,
-            model_path=ctx.model_path,
-            trust_remote_code=model.trust_remote_code,
-            dtype=self.rollout_dtype,
-            device=ctx.device,
-            pad_token_id=self.tokenizer.pad_token_id,
-            eos_token_id=self.export_skeleton.generation_config.eos_token_id or self.tokenizer.eos_token_id,
-            max_model_len=max_prompt_length + max_response_length,
-            rank=ctx.rank,
-            world_size=ctx.world_size,
-            seed=seed,
-        )
-        self._synced_version: int | None = None
-        self.sync_weights()
-        self.rollout.release()
+        # Generation on these workers (the hybrid engine), unless a rollout pool of its own generates
+        # (``separate_rollout``): then the actor's first rank streams each update's weights to it.
+        self.generation: Generation | None = None
+        self.rollout: RolloutEngine | None = None
+        self.channel: WeightChannel | None = None
+        if separate_rollout:
+            # ``export_skeleton`` (parameters on the meta device) names the weights for exports.
+            self.export_skeleton, _ = empty_causal_lm(ctx.model_path, model.trust_remote_code, self.rollout_dtype)
+        else:
+            self.generation = Generation(
+                model,
+                rollout,
+                ctx,
+                dtype=self.rollout_dtype,
+                max_prompt_length=max_prompt_length,
+                max_response_length=max_response_length,
+                seed=seed,
+            )
+            self.rollout, self.export_skeleton = self.generation.engine, self.generation.skeleton
+            self._synced_version: int | None = None
+            self.sync_weights()
+            self.rollout.release()
         self.offload.offload()
 
     @classmethod
@@ -108,6 +112,7 @@ class ActorRolloutRole(EngineRole):
             max_prompt_length=cfg.data.max_prompt_length,
             total_steps=cfg.trainer.total_steps,
             seed=cfg.trainer.seed,
+            separate_rollout="rollout" in active_roles(cfg),
         )
 
     # -- rollout -------------------------------------------------------------------------------
@@ -116,6 +121,7 @@ class ActorRolloutRole(EngineRole):
         as its own span); skipped when it already has these weights (validation, DAPO's extra rounds,
         ReMax's greedy pass reuse the last hand-over). A skipped one is an empty span, so that
         ``timing_s/weight_sync`` is in every step's metrics."""
+        assert self.rollout is not None, "the rollout pool generates"
         with self.ctx.recorder.span("weight_sync"):
             if self._synced_version == self.engine.weights_version:
                 return
@@ -126,49 +132,51 @@ class ActorRolloutRole(EngineRole):
             self._synced_version = self.engine.weights_version
 
     def generate(self, batch: Batch) -> Batch:
+        if self.generation is None:
+            raise RuntimeError("The actor's workers do not generate: resource_pool.mapping.rollout has its own pool.")
         self.sync_weights()
-        self.rollout.resume()
+        self.generation.engine.resume()
         try:
-            with self.ctx.recorder.span("generate_worker"):
-                return self._generate(batch)
+            return self.generation.generate(batch)
         finally:
-            self.rollout.release()
-
-    def _generate(self, batch: Batch) -> Batch:
-        # The ranks of one tensor-parallel replica sample the same rows with the same seed.
-        replica = self.dp_layout("generate").replica
-        seed = rank_sampling_seed(int(batch.meta.get("seed", 0)), replica)
-        # meta["sampling"] (a SamplingConfig) overrides the rollout settings: validation's val_kwargs,
-        # ReMax's greedy pass.
-        sampling = batch.meta.get("sampling") or self.rollout_cfg.sampling()
-        out = self.rollout.generate(
-            batch.tensors["input_ids"].to(self.ctx.device),
-            batch.tensors["attention_mask"].to(self.ctx.device),
-            max_new_tokens=self.max_response_length,
-            seed=seed,
-            **dataclasses.asdict(sampling),
-        )
-        texts = self.tokenizer.batch_decode(out["responses"], skip_special_tokens=True)
-        return Batch.from_dict(tensors={k: v.cpu() for k, v in out.items()}, non_tensors={"response_text": texts})
+            self.generation.engine.release()
 
     def rollout_log_probs_exact(self) -> bool:
         """Whether the generation engine's log-probs of its samples are the trainer's up to float rounding,
         so that they can stand in for the old-log-prob pass: Hugging Face ``generate`` on the same weights
-        in fp32, trained in fp32 (no autocast), where the rollouts are scored at the sampling temperature."""
+        in fp32, trained in fp32 (no autocast), where the rollouts are scored at the sampling temperature.
+        A rollout pool of its own builds its engine by the same rules (``RolloutRole``)."""
         return (
-            isinstance(self.rollout, HFRolloutEngine)
+            self.rollout_cfg.name == "hf"
             and self.rollout_dtype == torch.float32
             and self.actor_cfg.precision == Precision.fp32
             and all(p.dtype == torch.float32 for p in self.engine.model.parameters())
         )
 
+    # -- the hand-over to a rollout pool of its own ---------------------------------------------
+    def open_weight_channel(self, address: str, port: int, size: int, timeout_s: float) -> None:
+        """The first rank hosts the channel to the rollout workers (rank 0 of ``size``); the others gather
+        the weights with it but do not send."""
+        if self.ctx.rank == 0:
+            self.channel = open_channel(self.ctx, address, port, 0, size, timeout_s)
+
+    def send_weights(self) -> int:
+        """Every rank gathers each full tensor in turn (``iter_full_weights``); the first rank sends it to
+        the rollout workers (``RolloutRole.receive_weights``). The bytes sent (0 on the other ranks)."""
+        with self.ctx.recorder.span("weight_sync"), self.offload.resident():
+            weights = self.engine.iter_full_weights(self.rollout_dtype)
+            if self.channel is None:
+                for _ in weights:  # the collectives of every tensor's gather
+                    pass
+                return 0
+            return self.channel.send(weights)
+
     # -- data layout ---------------------------------------------------------------------------
     def dp_layout(self, method: str) -> DataLayout:
-        """Generation replicas span ``rollout.tensor_model_parallel_size`` consecutive ranks (1 for hf: every
-        rank generates on its own copy); training and log-probs follow the training engine's layout."""
-        if method == "generate":
-            tp = self.rollout_cfg.tensor_model_parallel_size
-            return DataLayout(self.ctx.rank // tp, self.ctx.world_size // tp, self.ctx.rank % tp == 0)
+        """Generation follows the generation replicas (``Generation.layout``); training and log-probs the
+        training engine's layout."""
+        if method == "generate" and self.generation is not None:
+            return self.generation.layout()
         return super().dp_layout(method)
 
     # -- evaluation ----------------------------------------------------------------------------
@@ -259,7 +267,10 @@ class ActorRolloutRole(EngineRole):
     # -- inspection and export -----------------------------------------------------------------
     def state_digest(self) -> dict[str, str]:
         with self.offload.resident():
-            return {"train": self.engine.state_digest(), "rollout": self.rollout.weights_digest()}
+            digest = {"train": self.engine.state_digest()}
+            if self.rollout is not None:
+                digest["rollout"] = self.rollout.weights_digest()
+            return digest
 
     def save_hf_metadata(self, out_dir: str) -> None:
         """Config, generation config and tokenizer: what an export needs besides the weights."""

@@ -33,6 +33,7 @@ from hybridrl.workers.critic import CriticRole
 from hybridrl.workers.heartbeat import start_heartbeat
 from hybridrl.workers.ref import RefRole
 from hybridrl.workers.reward_model import RewardModelRole
+from hybridrl.workers.rollout import RolloutRole
 from hybridrl.workers.tracing import CallResult, Span, SpanRecorder, synchronize
 
 logger = logging.getLogger(__name__)
@@ -43,6 +44,7 @@ ROLE_FACTORIES: dict[str, Callable[[Config, WorkerContext], Role]] = {
     "critic": CriticRole.from_config,
     "ref": RefRole.from_config,
     "reward_model": RewardModelRole.from_config,
+    "rollout": RolloutRole.from_config,
 }
 
 

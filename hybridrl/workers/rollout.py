@@ -1,0 +1,64 @@
+"""The Rollout role: generation-only workers on a pool of their own (``resource_pool.mapping.rollout``).
+
+The actor's workers then only train; after each update the actor's first rank streams the new weights to
+these workers over a weight channel (``parallel.weight_channel``). With ``rollout.overlap`` the driver
+has them generate the next step's rollouts while the actor trains on this step's (one step off-policy).
+"""
+
+from __future__ import annotations
+
+from hybridrl.config.schema import Config
+from hybridrl.parallel.dtypes import rollout_dtype
+from hybridrl.parallel.weight_channel import WeightChannel
+from hybridrl.protocol import Batch
+from hybridrl.workers.context import DataLayout, WorkerContext
+from hybridrl.workers.generation import Generation, open_channel
+
+
+class RolloutRole:
+    def __init__(self, cfg: Config, ctx: WorkerContext) -> None:
+        arr = cfg.actor_rollout_ref
+        self.ctx = ctx
+        self.generation = Generation(
+            arr.model,
+            arr.rollout,
+            ctx,
+            dtype=rollout_dtype(arr.rollout.dtype, arr.actor.precision, ctx.device),
+            max_prompt_length=cfg.data.max_prompt_length,
+            max_response_length=cfg.data.max_response_length,
+            seed=cfg.trainer.seed,
+        )
+        self.channel: WeightChannel | None = None
+        self.weights_version = -1  # no weights yet: the first hand-over comes before the first generation
+
+    @classmethod
+    def from_config(cls, cfg: Config, ctx: WorkerContext) -> RolloutRole:
+        return cls(cfg, ctx)
+
+    def dp_layout(self, method: str) -> DataLayout:
+        return self.generation.layout()
+
+    def open_weight_channel(self, address: str, port: int, size: int, timeout_s: float) -> None:
+        """Join the channel as rank 1 + this worker's rank (the actor's first rank is 0)."""
+        self.channel = open_channel(self.ctx, address, port, 1 + self.ctx.rank, size, timeout_s)
+
+    def receive_weights(self, version: int) -> None:
+        """Load the weights the actor's first rank is sending (``ActorRolloutRole.send_weights``)."""
+        assert self.channel is not None, "open_weight_channel first"
+        engine = self.generation.engine
+        with self.ctx.recorder.span("weight_sync"):
+            engine.resume(keep_weights=False)
+            engine.load_weights(self.channel.receive())
+        self.weights_version = version
+
+    def generate(self, batch: Batch) -> Batch:
+        if self.weights_version < 0:
+            raise RuntimeError("The rollout workers have no weights yet: the actor hands them over first.")
+        self.generation.engine.resume()
+        try:
+            return self.generation.generate(batch)
+        finally:
+            self.generation.engine.release()
+
+    def state_digest(self) -> dict[str, str]:
+        return {"rollout": self.generation.engine.weights_digest()}

@@ -1,0 +1,40 @@
+"""Generation on a rollout pool of its own, overlapped with training (one step off-policy): the default
+run learns its task in the default run's steps (the hand-over itself: tests/parallel/test_weight_channel.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hybridrl.config.loader import load_config
+from hybridrl.trainer.job import run
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+SPLIT_1_1 = [
+    "resource_pool.pools.global_pool.GPU=1",
+    "+resource_pool.pools.rollout_pool.GPU=1",
+    "+resource_pool.mapping.rollout=rollout_pool",
+]
+
+
+def test_overlapped_training_learns_the_default_task(tmp_path):
+    cfg = load_config(
+        [
+            f"trainer.output_dir={tmp_path}",
+            "trainer.progress_bar=false",
+            "trainer.ray.object_store_memory=100000000",
+            "actor_rollout_ref.rollout.overlap=true",
+            *SPLIT_1_1,
+        ]
+    )
+    assert cfg.trainer.total_steps == 150  # the default run's length
+    run(cfg)
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 150
+    assert all("timing_s/weight_handover" in r for r in rows[:-1])  # before each prefetched generation
+    assert "training/rollout_probs_diff_max" not in rows[-1]  # old log-probs are the behaviour policy's
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["gain"] >= 0.25, summary  # main_ppo's "the reward rose"
+    assert (tmp_path / "actor_hf" / "model.safetensors").is_file()
