@@ -10,7 +10,10 @@ response tokens, AdamW lr 1e-5, fp32, one PPO epoch, one mini-batch, 12 steps; t
 over steps 3-12; the whole machine's cores. GRPO as TRL's GRPOTrainer runs it by default (no reference
 model, no KL); PPO as TRL's PPOTrainer (a critic, a reference model and the KL penalty in the reward).
 
-Layouts: ``2`` = one pool of two workers (every role on both), ``1`` = one worker. ``--baseline-src DIR``
+Layouts: ``2`` = one pool of two workers (every role on both), ``1`` = one worker, ``1+1`` = one training
+worker and one generation worker of its own (``resource_pool.mapping.rollout``), each step generating then
+training, ``1+1o`` = the same with generation overlapped with training (``rollout.overlap``, one step
+off-policy; the issue's goal: at least 1.3x the throughput of ``1+1``). ``--baseline-src DIR``
 (``git worktree add DIR REV``) runs the same workloads on that revision's code too, so "before" and
 "after" come from one run on the same machine. Printed per workload and source: median s/step,
 generated tokens/s, the median of each phase, the actor workers' CPU utilisation during the update and
@@ -70,15 +73,39 @@ ALGORITHMS = {
     ],
     "ppo": ["algorithm.adv_estimator=gae", "algorithm.use_kl_in_reward=true", "algorithm.kl_ctrl.kl_coef=0.05"],
 }
-PHASES = ["gen", "reward", "old_log_prob", "ref", "values", "adv", "update_critic", "update_actor"]
+PHASES = [
+    "gen",
+    "weight_handover",
+    "reward",
+    "old_log_prob",
+    "ref",
+    "values",
+    "adv",
+    "update_critic",
+    "update_actor",
+]
 
 
-def run_one(src: Path, algorithm: str, workers: int, steps: int, out: Path) -> dict[str, float]:
+def layout_overrides(layout: str) -> list[str]:
+    """``2``, ``1``: one pool of that many workers; ``1+1``: a training and a generation worker; ``1+1o``:
+    the same, overlapped."""
+    if "+" not in layout:
+        return [f"resource_pool.pools.global_pool.GPU={int(layout)}"]
+    train, gen = layout.rstrip("o").split("+")
+    return [
+        f"resource_pool.pools.global_pool.GPU={int(train)}",
+        f"+resource_pool.pools.rollout_pool.GPU={int(gen)}",
+        "+resource_pool.mapping.rollout=rollout_pool",
+        f"actor_rollout_ref.rollout.overlap={str(layout.endswith('o')).lower()}",
+    ]
+
+
+def run_one(src: Path, algorithm: str, layout: str, steps: int, out: Path) -> dict[str, float]:
     """One run of W1 on the code under ``src``; medians over steps 3..steps."""
     overrides = [
         *W1,
         *ALGORITHMS[algorithm],
-        f"resource_pool.pools.global_pool.GPU={workers}",
+        *layout_overrides(layout),
         f"trainer.total_steps={steps}",
         f"trainer.output_dir={out}",
     ]
@@ -99,8 +126,9 @@ def run_one(src: Path, algorithm: str, workers: int, steps: int, out: Path) -> d
     group = next(k.split("/")[1] for k in rows[0] if k.startswith("perf/") and k.endswith("/cpu_util_pct"))
     figures = {
         "step_s": median("timing_s/step"),
+        # Overlapped, ``gen`` is only the wait for a prefetched generation: count the workers' own time.
         "gen_tokens_per_s": statistics.median(r["perf/gen_tokens_per_s"] * r["timing_s/step"] for r in rows)
-        / median("timing_s/gen"),
+        / median("timing_s/generate_worker" if layout.endswith("o") else "timing_s/gen"),
         "cpu_util_pct": median(f"perf/{group}/cpu_util_pct"),
         "peak_rss_gb": max(r.get(f"perf/{group}/peak_rss_gb", 0.0) for r in rows),
     }
@@ -148,14 +176,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--baseline-src", type=Path, help="a checkout of the revision to compare against")
     parser.add_argument("--steps", type=int, default=12)
-    parser.add_argument("--layouts", default="2,1", help="workers in the one pool, comma-separated")
+    parser.add_argument("--layouts", default="2,1,1+1,1+1o", help="comma-separated: 2, 1, 1+1, 1+1o (see above)")
     parser.add_argument("--algorithms", default="grpo,ppo")
     parser.add_argument("--trl-grpo", help="python of a virtualenv with trl 1.16")
     parser.add_argument("--trl-ppo", help="python of a virtualenv with trl 1.12")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     sources = [("after", REPO)] + ([("before", args.baseline_src.resolve())] if args.baseline_src else [])
-    results: dict[tuple[str, int, str], dict[str, float]] = {}
+    results: dict[tuple[str, str, str], dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         peers = {"grpo": (args.trl_grpo, "trl_grpo_w1.py"), "ppo": (args.trl_ppo, "trl_ppo_w1.py")}
         if args.trl_grpo or args.trl_ppo:
@@ -164,31 +192,33 @@ def main() -> None:
             python, script = peers[algorithm]
             if python:
                 peer = run_peer(python, script, model, prompts, args.steps, Path(tmp) / f"{algorithm}-trl.json")
-                results[(algorithm, 1, "trl")] = peer
+                results[(algorithm, "1", "trl")] = peer
                 logger.info("%s, TRL: %.3f s/step", algorithm, peer["step_s"])
-            for workers in (int(w) for w in args.layouts.split(",")):
+            for layout in args.layouts.split(","):
                 for label, src in sources:
-                    out = Path(tmp) / f"{algorithm}-{workers}-{label}"
-                    results[(algorithm, workers, label)] = run_one(src, algorithm, workers, args.steps, out)
+                    if label == "before" and "+" in layout:
+                        continue  # a rollout pool of its own is new
+                    out = Path(tmp) / f"{algorithm}-{layout}-{label}"
+                    results[(algorithm, layout, label)] = run_one(src, algorithm, layout, args.steps, out)
                     logger.info(
-                        "%s, %d worker(s), %s: %.3f s/step",
+                        "%s, layout %s, %s: %.3f s/step",
                         algorithm,
-                        workers,
+                        layout,
                         label,
-                        results[(algorithm, workers, label)]["step_s"],
+                        results[(algorithm, layout, label)]["step_s"],
                     )
     header = f"{'workload':<16}{'code':<8}{'s/step':>8}{'gen tok/s':>10}{'cpu %':>7}{'peak GB':>8}  " + " ".join(
         f"{p:>8}" for p in PHASES
     )
     logger.info("\nW1, medians over steps 3-%d (phase columns: seconds)\n%s", args.steps, header)
-    for (algorithm, workers, label), f in results.items():
+    for (algorithm, layout, label), f in results.items():
         if label == "trl":
             logger.info("%-16s%-8s%8.3f", f"{algorithm} 1 process", "TRL", f["step_s"])
             continue
         phases = " ".join(f"{f[p]:8.3f}" if f[p] == f[p] else f"{'-':>8}" for p in PHASES)
         logger.info(
             "%-16s%-8s%8.3f%10.0f%7.0f%8.2f  %s",
-            f"{algorithm} {workers}w",
+            f"{algorithm} {layout}",
             label,
             f["step_s"],
             f["gen_tokens_per_s"],
@@ -197,10 +227,13 @@ def main() -> None:
             phases,
         )
         notes = []
-        if label == "after" and (algorithm, workers, "before") in results:
-            notes.append(f"{results[(algorithm, workers, 'before')]['step_s'] / f['step_s']:.2f}x faster than before")
-        if label == "after" and (algorithm, 1, "trl") in results:
-            notes.append(f"{f['step_s'] / results[(algorithm, 1, 'trl')]['step_s']:.2f}x TRL's step time")
+        if label == "after" and (algorithm, layout, "before") in results:
+            notes.append(f"{results[(algorithm, layout, 'before')]['step_s'] / f['step_s']:.2f}x faster than before")
+        if label == "after" and (algorithm, "1", "trl") in results:
+            notes.append(f"{f['step_s'] / results[(algorithm, '1', 'trl')]['step_s']:.2f}x TRL's step time")
+        if layout.endswith("o") and (algorithm, layout[:-1], label) in results:
+            sequential = results[(algorithm, layout[:-1], label)]["step_s"]
+            notes.append(f"{sequential / f['step_s']:.2f}x the throughput of {layout[:-1]} (sequential)")
         if notes:
             logger.info("%-24s%s", "", "; ".join(notes))
 
