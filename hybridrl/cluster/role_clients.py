@@ -59,6 +59,10 @@ class ActorRolloutClient(RoleClient):
         """``old_log_probs`` and ``old_entropy`` of the responses under the current policy."""
         return self._dp(ActorRolloutRole.compute_log_prob, batch)
 
+    def log_prob_pass(self) -> ForwardPass:
+        """``compute_log_prob`` as a step's forward pass (``run_forward_passes``)."""
+        return ForwardPass("old_log_prob", self, ActorRolloutRole.compute_log_prob)
+
     def rollout_log_probs_exact(self) -> list[bool]:
         """Per rank: whether its generation engine's log-probs are the trainer's up to float rounding."""
         return self._all(ActorRolloutRole.rollout_log_probs_exact)
@@ -123,6 +127,9 @@ class CriticClient(RoleClient):
     def compute_values(self, batch: Batch) -> Batch:
         return self._dp(CriticRole.compute_values, batch)
 
+    def values_pass(self) -> ForwardPass:
+        return ForwardPass("values", self, CriticRole.compute_values)
+
     def update_critic(self, batch: Batch) -> list[dict[str, float]]:
         return self._split(CriticRole.update_critic, batch)
 
@@ -136,12 +143,56 @@ class RefClient(RoleClient):
     def compute_ref_log_prob(self, batch: Batch) -> Batch:
         return self._dp(RefRole.compute_ref_log_prob, batch)
 
+    def ref_pass(self) -> ForwardPass:
+        return ForwardPass("ref", self, RefRole.compute_ref_log_prob)
+
 
 class RewardModelClient(RoleClient):
     role = "reward_model"
 
     def compute_rm_score(self, batch: Batch) -> Batch:
         return self._dp(RewardModelRole.compute_rm_score, batch)
+
+
+@dataclass(frozen=True)
+class ForwardPass:
+    """One of a step's forward passes over the rollouts (old log-probs, reference log-probs, values)."""
+
+    phase: str  # its timer: ``timing_s/<phase>``
+    client: RoleClient
+    method: Callable[..., Batch | None]  # the role's method, e.g. ``RefRole.compute_ref_log_prob``
+
+    @property
+    def call(self) -> tuple[str, str]:
+        return self.client.role, self.method.__name__
+
+
+def colocated_passes(passes: list[ForwardPass]) -> list[list[ForwardPass]]:
+    """``passes`` in order, consecutive ones hosted by the same workers with one data-parallel layout put
+    together: each list goes out as one call (``run_forward_passes``)."""
+    together: list[list[ForwardPass]] = []
+    for p in passes:
+        last = together[-1] if together else None
+        if last and last[0].client.group is p.client.group and p.client.group.same_layout([q.call for q in [*last, p]]):
+            last.append(p)
+        else:
+            together.append([p])
+    return together
+
+
+def run_forward_passes(passes: list[ForwardPass], batch: Batch) -> tuple[Batch, dict[str, float]]:
+    """The passes (one worker group) as one call per rank: the rows go out once, every pass's outputs
+    come back as one batch. Also each pass's seconds, the slowest rank's own (dispatch excluded)."""
+    group = passes[0].client.group
+    out, results = group.submit_dp_each([p.call for p in passes], batch)()
+    seconds = {
+        p.phase: max(
+            (s.end - s.start for r in results for s in r.sub_spans if s.name == f"{p.call[0]}.{p.call[1]}"),
+            default=0.0,
+        )
+        for p in passes
+    }
+    return out, seconds
 
 
 @dataclass(frozen=True)

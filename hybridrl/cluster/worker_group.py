@@ -275,11 +275,33 @@ class WorkerGroup:
         """``call_split`` started now; the returned function waits for its results (so the driver can
         work, or other groups compute, meanwhile: ``rollout.overlap``)."""
         layout = self.dp_layout(role, method)
+        return self._submit_shards(
+            layout, f"{role}.{method}", batch, lambda a, shard: a.call.remote(role, method, shard)
+        )
+
+    def submit_dp_each(
+        self, calls: list[tuple[str, str]], batch: Batch
+    ) -> Callable[[], tuple[Batch, list[CallResult]]]:
+        """``call_dp`` of several colocated roles' passes over the same rows, as one call per rank
+        (``Worker.call_each``); they must share one data-parallel layout (``same_layout``)."""
+        assert self.same_layout(calls), f"{self.name}: {calls} do not share one data-parallel layout"
+        name = "+".join(f"{role}.{method}" for role, method in calls)
+        return self._submit_rows(
+            self.dp_layout(*calls[0]), name, batch, lambda a, shard: a.call_each.remote(calls, shard)
+        )
+
+    def same_layout(self, calls: list[tuple[str, str]]) -> bool:
+        """Whether ``role.method`` of every call gives each rank the same rows."""
+        return all(self.dp_layout(*call) == self.dp_layout(*calls[0]) for call in calls)
+
+    def _submit_shards(
+        self, layout: list[DataLayout], name: str, batch: Batch, invoke: Callable[[Any, Any], Any]
+    ) -> Callable[[], list[CallResult]]:
         shards = [ray.put(shard.compact()) for shard in batch.split(layout[0].replicas)]
-        refs = [a.call.remote(role, method, shards[rank.replica]) for a, rank in zip(self.actors, layout)]
+        refs = [invoke(a, shards[rank.replica]) for a, rank in zip(self.actors, layout)]
 
         def result() -> list[CallResult]:
-            results = self._gather(refs, f"{role}.{method}", shards)
+            results = self._gather(refs, name, shards)
             collected = sorted(
                 ((rank.replica, r) for r, rank in zip(results, layout) if rank.collects), key=lambda pair: pair[0]
             )
@@ -297,8 +319,17 @@ class WorkerGroup:
 
     def submit_dp(self, role: str, method: str, batch: Batch) -> Callable[[], tuple[Batch, list[CallResult]]]:
         """``call_dp`` started now; the returned function waits for the gathered rows."""
-        padded, pad = batch.pad_to_divisor(self.dp_layout(role, method)[0].replicas)
-        pending = self.submit_split(role, method, padded)
+        return self._submit_rows(
+            self.dp_layout(role, method), f"{role}.{method}", batch, lambda a, shard: a.call.remote(role, method, shard)
+        )
+
+    def _submit_rows(
+        self, layout: list[DataLayout], name: str, batch: Batch, invoke: Callable[[Any, Any], Any]
+    ) -> Callable[[], tuple[Batch, list[CallResult]]]:
+        """``batch`` padded to a multiple of the replicas and split over them; the waiter gathers the rows
+        back in order, without the padding."""
+        padded, pad = batch.pad_to_divisor(layout[0].replicas)
+        pending = self._submit_shards(layout, name, padded, invoke)
 
         def result() -> tuple[Batch, list[CallResult]]:
             results = pending()

@@ -24,7 +24,13 @@ from hybridrl.checkpoint.manager import CheckpointError, CheckpointManager
 from hybridrl.checkpoint.shards import rng_state
 from hybridrl.cluster.errors import WorkerCallError, system_failure
 from hybridrl.cluster.ray_cluster import object_store_stats
-from hybridrl.cluster.role_clients import ActorRolloutClient, RoleClients, RolloutClient
+from hybridrl.cluster.role_clients import (
+    ActorRolloutClient,
+    RoleClients,
+    RolloutClient,
+    colocated_passes,
+    run_forward_passes,
+)
 from hybridrl.config.schema import Config
 from hybridrl.data.dataset import EpochSampler, PromptDataset
 from hybridrl.parallel.partition import balanced_group_partition, balanced_partition, token_imbalance
@@ -245,18 +251,27 @@ class PPOTrainer:
 
     # -- evaluation ----------------------------------------------------------------------------
     def _evaluate(self, batch: Batch, timings: dict) -> None:
+        """The forward passes over the rollouts; those of roles on the same workers go out as one call."""
         forward_in = batch.select(tensor_keys=FORWARD_KEYS, non_tensor_keys=[], meta_keys=[])
+        roles, passes = self.roles, []
         if self.old_log_probs == OldLogProbs.PASS:
-            with self.monitor.phase("old_log_prob", timings):
-                batch.union(self.roles.actor_rollout.compute_log_prob(forward_in))
+            passes.append(roles.actor_rollout.log_prob_pass())
         elif self.old_log_probs == OldLogProbs.ROLLOUT:
             batch.tensors["old_log_probs"] = batch.tensors["rollout_log_probs"] * batch.tensors["response_mask"]
-        if self.roles.ref is not None:
-            with self.monitor.phase("ref", timings):
-                batch.union(self.roles.ref.compute_ref_log_prob(forward_in))
-        if self.roles.critic is not None:
-            with self.monitor.phase("values", timings):
-                batch.union(self.roles.critic.compute_values(forward_in))
+        if roles.ref is not None:
+            passes.append(roles.ref.ref_pass())
+        if roles.critic is not None:
+            passes.append(roles.critic.values_pass())
+        for together in colocated_passes(passes):
+            if len(together) == 1:
+                with self.monitor.phase(together[0].phase, timings):
+                    batch.union(run_forward_passes(together, forward_in)[0])
+                continue
+            # One call: each pass is timed on the workers; the one dispatch falls into "other".
+            out, seconds = run_forward_passes(together, forward_in)
+            batch.union(out)
+            for phase, elapsed in seconds.items():
+                timings[phase] = timings.get(phase, 0.0) + elapsed
 
     def _rollout_gap(self, batch: Batch, metrics: dict) -> None:
         """How far the rollout engine's log-probs are from the trainer's, and (``rollout_correction``) the

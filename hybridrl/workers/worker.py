@@ -118,8 +118,7 @@ class Worker:
         for name in self.role_names:
             self.roles[name] = ROLE_FACTORIES[name](self.cfg, ctx)
 
-    def call(self, role: str, method: str, *args: Any, **kwargs: Any) -> CallResult:
-        """Run ``role.method`` as one timed span; every rank of the group runs it together."""
+    def _method(self, role: str, method: str) -> Any:
         if role not in self.roles:
             raise KeyError(f"Worker rank {self.rank} hosts roles {self.role_names}, not '{role}'.")
         target = getattr(self.roles[role], method, None)
@@ -128,9 +127,35 @@ class Worker:
                 m for m in dir(self.roles[role]) if not m.startswith("_") and callable(getattr(self.roles[role], m))
             ]
             raise AttributeError(f"Role '{role}' has no method '{method}'; it has: {public}.")
+        return target
+
+    def call(self, role: str, method: str, *args: Any, **kwargs: Any) -> CallResult:
+        """Run ``role.method`` as one timed span; every rank of the group runs it together."""
+        target = self._method(role, method)
         # Batches travel compact, ids and masks in narrow integer dtypes (``Batch.compact``): the role sees int64.
         args = tuple(a.widened() if isinstance(a, Batch) else a for a in args)
         result = self._timed(f"{role}.{method}", target, *args, **kwargs)
+        if isinstance(result.value, Batch):
+            result.value = result.value.compact()
+        return result
+
+    def call_each(self, calls: list[tuple[str, str]], batch: Batch) -> CallResult:
+        """Several roles' passes over the same rows as one call (a step's colocated old-log-prob, reference
+        and value passes): one dispatch and one barrier, the rows sent once, the outputs back as one
+        batch. Each pass is a sub-span named ``role.method``."""
+        targets = [self._method(role, method) for role, method in calls]
+        rows = batch.widened()
+
+        def run() -> Batch | None:
+            out: Batch | None = None
+            for (role, method), target in zip(calls, targets, strict=True):
+                with self.recorder.span(f"{role}.{method}"):
+                    part = target(rows)
+                if part is not None:  # None: an early pipeline stage, whose last stage holds the result
+                    out = part if out is None else out.union(part)
+            return out
+
+        result = self._timed("+".join(f"{role}.{method}" for role, method in calls), run)
         if isinstance(result.value, Batch):
             result.value = result.value.compact()
         return result

@@ -8,6 +8,7 @@ import torch
 from ray import cloudpickle
 
 from hybridrl.cluster.errors import PoolPlacementError, WorkerCallError, WorkerCallTimeout
+from hybridrl.cluster.role_clients import colocated_passes, make_clients, run_forward_passes
 from hybridrl.cluster.worker_group import WorkerGroup
 from hybridrl.config.loader import load_config
 from hybridrl.config.pools import PoolSpec
@@ -60,6 +61,9 @@ def group(ray_cluster, tmp_path_factory):
     g.shutdown()
 
 
+PASSES = [("actor_rollout", "compute_log_prob"), ("ref", "compute_ref_log_prob")]
+
+
 def prompts(n: int) -> Batch:
     tok = build_tokenizer()
     enc = tok([f"{i % 10}{(3 * i) % 10}=" for i in range(n)], padding=True, return_tensors="pt")
@@ -99,6 +103,20 @@ def test_generate_update_and_replicas_stay_equal(group):
     group.call_dp("actor_rollout", "generate", prompts(2))  # hands the new weights to generation
     synced = group.call_all("actor_rollout", "state_digest")
     assert synced[0]["rollout"] == synced[1]["rollout"] == synced[0]["train"]
+
+
+def test_colocated_forward_passes_go_out_as_one_call(group):
+    gen, _ = group.call_dp("actor_rollout", "generate", prompts(15))  # 15 rows: padded to 16 over 2 ranks
+    alone = [group.call_dp(role, method, gen)[0] for role, method in PASSES]
+    actor, ref = make_clients([group]).actor_rollout, make_clients([group]).ref
+    assert ref is not None
+    together = colocated_passes([actor.log_prob_pass(), ref.ref_pass()])
+    assert [[p.phase for p in t] for t in together] == [["old_log_prob", "ref"]]
+    out, seconds = run_forward_passes(together[0], gen)
+    assert len(out) == 15 and set(seconds) == {"old_log_prob", "ref"} and all(s > 0 for s in seconds.values())
+    for part in alone:
+        for key in part.tensors.keys():
+            torch.testing.assert_close(out.tensors[key], part.tensors[key], rtol=0, atol=0)
 
 
 def test_errors_name_role_rank_and_method(group):
