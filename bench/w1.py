@@ -36,6 +36,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from hybridrl.tracking.breakdown import PHASE_ORDER
+
 logger = logging.getLogger("bench.w1")
 REPO = Path(__file__).resolve().parents[1]
 
@@ -73,17 +75,7 @@ ALGORITHMS = {
     ],
     "ppo": ["algorithm.adv_estimator=gae", "algorithm.use_kl_in_reward=true", "algorithm.kl_ctrl.kl_coef=0.05"],
 }
-PHASES = [
-    "gen",
-    "weight_handover",
-    "reward",
-    "old_log_prob",
-    "ref",
-    "values",
-    "adv",
-    "update_critic",
-    "update_actor",
-]
+PHASES = [p for p in PHASE_ORDER if p not in ("data", "gen_max")]  # the step's phases on W1
 
 
 def layout_overrides(layout: str) -> list[str]:

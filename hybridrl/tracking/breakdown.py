@@ -31,6 +31,7 @@ TOP_LEVEL_EXCLUDED: frozenset[str] = frozenset(
 #: Known phases in step order; phases not listed here follow, alphabetically, so tables stay stable.
 PHASE_ORDER: tuple[str, ...] = (
     "data",
+    "weight_handover",
     "gen",
     "gen_max",
     "reward",

@@ -34,3 +34,27 @@ def test_default_run_learns_with_vllm(tmp_path):
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["gain"] >= 0.25, summary  # main_ppo's "the reward rose"
     assert (tmp_path / "actor_hf" / "model.safetensors").is_file()
+
+
+def test_vllm_on_a_rollout_pool_of_its_own_gets_every_update(tmp_path):
+    cfg = load_config(
+        [
+            f"trainer.output_dir={tmp_path}",
+            "trainer.progress_bar=false",
+            "trainer.total_steps=10",
+            "trainer.save_freq=-1",
+            "trainer.ray.object_store_memory=100000000",
+            "actor_rollout_ref.rollout.name=vllm",
+            "actor_rollout_ref.model.tiny.num_attention_heads=2",
+            "resource_pool.pools.global_pool.GPU=1",
+            "+resource_pool.pools.rollout_pool.GPU=1",
+            "+resource_pool.mapping.rollout=rollout_pool",
+        ]
+    )
+    run(cfg)
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 10
+    # vLLM on the rollout workers samples from the weights the actor just trained (handed over through the
+    # weight channel every step): its log-probs match the actor's own pass as in the colocated run.
+    assert max(r["training/rollout_probs_diff_max"] for r in rows) < 1e-3
+    assert all(r["timing_s/weight_handover"] > 0 for r in rows)
