@@ -90,6 +90,3 @@ class WeightChannel:
 
     def _header(self, values: list[int]) -> torch.Tensor:
         return torch.tensor(values + [0] * (_HEADER - len(values)), dtype=torch.int64, device=self.device)
-
-    def close(self) -> None:
-        del self.group

@@ -51,7 +51,6 @@ class ActorRolloutRole(EngineRole):
         self.ctx = ctx
         self.actor_cfg = actor
         self.rollout_cfg = rollout
-        self.tokenizer = load_tokenizer(ctx.tokenizer_path, model.trust_remote_code)
         # Built empty and filled shard by shard: no rank holds the whole fp32 model.
         dtype = weights_dtype(actor.fsdp.model_dtype, trained=True, device=ctx.device)
         empty, weights = empty_causal_lm(
@@ -83,6 +82,7 @@ class ActorRolloutRole(EngineRole):
         self.channel: WeightChannel | None = None
         if separate_rollout:
             # ``export_skeleton`` (parameters on the meta device) names the weights for exports.
+            self.tokenizer = load_tokenizer(ctx.tokenizer_path, model.trust_remote_code)
             self.export_skeleton, _ = empty_causal_lm(ctx.model_path, model.trust_remote_code, self.rollout_dtype)
         else:
             self.generation = Generation(
@@ -94,7 +94,9 @@ class ActorRolloutRole(EngineRole):
                 max_response_length=max_response_length,
                 seed=seed,
             )
-            self.rollout, self.export_skeleton = self.generation.engine, self.generation.skeleton
+            # One tokenizer and one meta skeleton per worker: the generation side's.
+            self.tokenizer, self.export_skeleton = self.generation.tokenizer, self.generation.skeleton
+            self.rollout = self.generation.engine
             self._synced_version: int | None = None
             self.sync_weights()
             self.rollout.release()
