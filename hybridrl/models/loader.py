@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import importlib.util
 import inspect
 import json
 from pathlib import Path
@@ -23,7 +22,7 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-from hybridrl.config.choices import Precision
+from hybridrl.models.packed_attention import register as register_packed_attention
 from hybridrl.models.weights import WeightSource, params_on_meta
 
 
@@ -66,18 +65,12 @@ def load_causal_lm(path: str, trust_remote_code: bool = False, dtype: torch.dtyp
     return model
 
 
-def attention_implementation(device: torch.device, precision: Precision, packed: bool) -> str:
-    """``flash_attention_2`` for packed rows on a GPU in half precision when flash-attn is installed: its
-    variable-length kernel keeps the rows apart from their position ids, with no (tokens x tokens) mask.
-    ``sdpa`` otherwise (for packed rows with a block-diagonal mask built by Hugging Face)."""
-    if (
-        packed
-        and device.type == "cuda"
-        and precision in (Precision.bf16, Precision.fp16)
-        and importlib.util.find_spec("flash_attn") is not None
-    ):
-        return "flash_attention_2"
-    return "sdpa"
+def attention_implementation(packed: bool) -> str:
+    """``sdpa`` for padded rows. Packed rows get ``PACKED_ATTENTION`` on every device: each document
+    attends on its own (flash-attn's or PyTorch's variable-length kernel on a GPU in half precision,
+    per-document SDPA elsewhere), never through a (tokens x tokens) block-diagonal mask."""
+    # The kernel is chosen per call, from the device and dtype of the tensors it gets.
+    return register_packed_attention() if packed else "sdpa"
 
 
 def empty_causal_lm(

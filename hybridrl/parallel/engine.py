@@ -57,7 +57,6 @@ class TrainEngine:
         # A causal LM that can compute logits at chosen positions only: prompt positions' are never read.
         self._keeps_logits = "logits_to_keep" in parameters
         self._cache_keyword = cache_keyword(model)
-        self.share_prompts = self._prompt_sharing(share_prompts)
         # Fused scoring replaces the output head's forward: not where the model changes the logits after it.
         config = getattr(model, "config", None)
         self.fused_kernels = fused_kernels and getattr(config, "final_logit_softcapping", None) is None
@@ -67,6 +66,7 @@ class TrainEngine:
             )
         self.loss_scaler = loss_scaler
         self.device = device
+        self.share_prompts = self._prompt_sharing(share_prompts)
         self.precision = precision
         self._state_dict_fn = state_dict_fn or (lambda m: m.state_dict())
         self.optimizer: torch.optim.Optimizer | None = None
@@ -92,7 +92,11 @@ class TrainEngine:
         if not wanted:
             return False
         why = None
-        if self.remove_padding:
+        if self.device.type == "cuda":
+            # Measured on an H200 (docs/TUNING.md, "Shared prompts"): the second model call per micro-batch
+            # and the cache copies cost more than the prompt tokens saved (0.66x the padded update).
+            why = "on a GPU the cached prompt's second model call costs more than it saves (TUNING.md)"
+        elif self.remove_padding:
             why = "use_remove_padding packs the rows instead"
         elif self._cache_keyword is None:
             why = f"{type(self.model).__name__}.forward takes no key/value cache"

@@ -64,18 +64,30 @@ class FlopsModel:
         logger.debug("FlopsModel from config: %s", model)
         return model
 
-    def matmul_params(self) -> int:
-        """Weights that multiply every token: attention projections, MLP and lm_head.
-
-        Embedding lookups are gathers, not matmuls, so they are excluded; the lm_head matmul is
-        counted even when tied to the embedding (the weight is shared, the matmul still runs).
-        Biases and norms are elementwise and ignored.
-        """
+    def layer_params(self) -> int:
+        """Weights of the decoder layers that multiply every token: attention projections and MLP.
+        Biases and norms are elementwise and ignored."""
         q_out = self.num_heads * self.head_dim
         kv_out = self.num_kv_heads * self.head_dim
         attn = self.hidden_size * q_out + 2 * self.hidden_size * kv_out + q_out * self.hidden_size
         mlp = 3 * self.hidden_size * self.intermediate_size  # gate, up, down
-        return self.num_layers * (attn + mlp) + self.hidden_size * self.vocab_size
+        return self.num_layers * (attn + mlp)
+
+    def head_params(self) -> int:
+        """The output head's weights: a matmul even when tied to the embedding (a gather)."""
+        return self.hidden_size * self.vocab_size
+
+    def matmul_params(self) -> int:
+        """Weights that multiply every token when every position's logits are computed."""
+        return self.layer_params() + self.head_params()
+
+    def describe(self) -> str:
+        """The shape in one line, for the run log: what a user compares with another framework's MFU."""
+        return (
+            f"hidden {self.hidden_size}, {self.num_layers} layers, {self.num_heads} heads ({self.num_kv_heads} KV) "
+            f"x {self.head_dim}, FFN {self.intermediate_size}, vocabulary {self.vocab_size}: "
+            f"{self.layer_params() / 1e9:.3f} B layer weights + {self.head_params() / 1e9:.3f} B head"
+        )
 
     def attention_flops(self, seq_len: int) -> float:
         """Scores (QK^T) and weighted sum (AV) for one sequence, all layers.
@@ -86,8 +98,10 @@ class FlopsModel:
         """
         return float(2 * 2 * seq_len * seq_len * self.num_heads * self.head_dim * self.num_layers)
 
-    def forward_flops(self, seq_lens: Sequence[int]) -> float:
-        """Matmul FLOPs of one forward over independent sequences of these lengths."""
+    def forward_flops(self, seq_lens: Sequence[int], head_tokens: int | None = None) -> float:
+        """Matmul FLOPs of one forward over independent sequences of these lengths. ``head_tokens``: the
+        positions whose logits are computed (the trainer's passes compute them only where a response token
+        is predicted, generation once per sampled token); None = every position."""
         total_tokens = 0
         attn = 0.0
         for s in seq_lens:
@@ -96,11 +110,5 @@ class FlopsModel:
                 raise ValueError(f"negative sequence length {s}")
             total_tokens += s
             attn += self.attention_flops(s)
-        return 2.0 * self.matmul_params() * total_tokens + attn
-
-    def step_flops(self, seq_lens: Sequence[int], forward_passes: int, train_passes: int) -> float:
-        """FLOPs of a step that runs ``forward_passes`` inference forwards (log-probs, values)
-        and ``train_passes`` forward+backward passes over the same batch."""
-        if forward_passes < 0 or train_passes < 0:
-            raise ValueError("pass counts must be non-negative")
-        return self.forward_flops(seq_lens) * (forward_passes + TRAIN_PASS_MULTIPLIER * train_passes)
+        head = total_tokens if head_tokens is None else int(head_tokens)
+        return 2.0 * (self.layer_params() * total_tokens + self.head_params() * head) + attn

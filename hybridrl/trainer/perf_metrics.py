@@ -9,31 +9,45 @@ from transformers import AutoConfig
 
 from hybridrl.cluster.worker_group import WorkerGroup
 from hybridrl.config.choices import Precision
-from hybridrl.config.roles import critic_enabled, ref_enabled
 from hybridrl.config.schema import Config
 from hybridrl.perf.device_peak import mfu, peak_flops
-from hybridrl.perf.flops import FlopsModel
+from hybridrl.perf.flops import TRAIN_PASS_MULTIPLIER, FlopsModel
 from hybridrl.protocol import Batch
 
 logger = logging.getLogger(__name__)
 
 
 class StepPerf:
-    """Counts the matmul FLOPs a PPO step performs and relates them to the workers' peak.
+    """Counts the matmul FLOPs each phase of a PPO step runs and relates them to the workers' peak.
 
-    Forward passes per step: generation (counted as one forward over the whole sequences: with a KV
-    cache each token is processed once), old log-probs, reference log-probs, values; training passes
-    (forward + backward = 3 forwards) per PPO epoch for the actor and the critic.
+    What runs, per phase, over the step's sequences (prompt + response tokens): generation (one forward:
+    with a KV cache each token is processed once; logits once per sampled token), the old-log-prob and
+    reference passes (logits only where a response token is predicted), the critic's values (no vocabulary
+    head), and per PPO epoch a training pass (forward + backward = 3 forwards) of the actor and the critic.
+    A phase counts only in a step that ran it (a step whose engine log-probs stand in for the old-log-prob
+    pass has no ``old_log_prob`` time). Attention counts the full causal square, as verl and Megatron do.
     """
+
+    #: phase (its ``timing_s/`` name) -> (passes, whether its logits are computed at the response tokens)
+    PHASES: dict[str, tuple[str, bool]] = {
+        "gen": ("forward", True),
+        "old_log_prob": ("forward", True),
+        "ref": ("forward", True),
+        "values": ("forward", False),
+        "update_actor": ("actor_train", True),
+        "update_critic": ("critic_train", False),
+    }
 
     def __init__(self, cfg: Config, flops: FlopsModel, peak_per_worker: list[float], peak_source: str) -> None:
         self.flops = flops
         self.peak_total = sum(peak_per_worker)
         self.num_workers = len(peak_per_worker)
         self.peak_source = peak_source
-        critic = critic_enabled(cfg)
-        self.forward_passes = 2 + int(ref_enabled(cfg)) + int(critic)
-        self.train_passes = cfg.actor_rollout_ref.actor.ppo_epochs + (cfg.critic.ppo_epochs if critic else 0)
+        self.passes = {
+            "forward": 1,
+            "actor_train": TRAIN_PASS_MULTIPLIER * cfg.actor_rollout_ref.actor.ppo_epochs,
+            "critic_train": TRAIN_PASS_MULTIPLIER * cfg.critic.ppo_epochs,
+        }
         if cfg.algorithm.filter_groups.enable or cfg.algorithm.adv_estimator == "remax":
             logger.info("MFU counts one generation per step; extra generation rounds are not counted.")
 
@@ -51,16 +65,35 @@ class StepPerf:
                 sources.add(source)
         perf = cls(cfg, FlopsModel.from_hf_config(model_config), peaks, ",".join(sorted(sources)))
         logger.info(
-            "Peak for MFU: %.1f TFLOP/s over %d workers (%s)", perf.peak_total / 1e12, len(peaks), perf.peak_source
+            "MFU: the model's %s; peak %.1f TFLOP/s over %d workers (%s)",
+            perf.flops.describe(),
+            perf.peak_total / 1e12,
+            len(peaks),
+            perf.peak_source,
         )
         return perf
 
-    def metrics(self, batch: Batch, step_seconds: float) -> dict[str, float]:
+    def phase_flops(self, batch: Batch, timings: dict[str, float]) -> dict[str, float]:
+        """FLOPs of each phase the step ran (``timings`` has its time)."""
         seq_lens = batch.tensors["attention_mask"].sum(-1).tolist()
-        total = self.flops.step_flops(seq_lens, self.forward_passes, self.train_passes)
-        achieved = total / step_seconds
-        return {
+        response_tokens = int(batch.tensors["response_mask"].sum())
+        out = {}
+        for phase, (passes, logits) in self.PHASES.items():
+            if timings.get(phase, 0.0) > 0:
+                forward = self.flops.forward_flops(seq_lens, head_tokens=response_tokens if logits else 0)
+                out[phase] = forward * self.passes[passes]
+        return out
+
+    def metrics(self, batch: Batch, timings: dict[str, float]) -> dict[str, float]:
+        """``perf/mfu`` over the step's wall time, and ``perf/mfu/<phase>`` over each phase's own time."""
+        phases = self.phase_flops(batch, timings)
+        total = sum(phases.values())
+        achieved = total / timings["step"]
+        out = {
             "perf/flops_per_step": total,
             "perf/tflops_per_s_per_worker": achieved / self.num_workers / 1e12,
             "perf/mfu": mfu(achieved, self.peak_total),
         }
+        for phase, flops in phases.items():
+            out[f"perf/mfu/{phase}"] = mfu(flops / timings[phase], self.peak_total)
+        return out

@@ -375,7 +375,7 @@ class PPOTrainer:
         metrics.update({f"timing_s/{k}": v for k, v in timings.items()})
         metrics.update(throughput_metrics(batch, timings["step"], self.num_workers))
         if self.perf is not None:
-            metrics.update(self.perf.metrics(batch, timings["step"]))
+            metrics.update(self.perf.metrics(batch, timings))
         metrics.update(self.monitor.step_metrics())
         metrics["training/epoch"] = float(self.sampler.epoch)
         metrics["train/restarts"] = float(self.restarts)

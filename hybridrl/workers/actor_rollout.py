@@ -57,7 +57,7 @@ class ActorRolloutRole(EngineRole):
             ctx.model_path,
             model.trust_remote_code,
             dtype,
-            attention_implementation(ctx.device, actor.precision, model.use_remove_padding),
+            attention_implementation(model.use_remove_padding),
         )
         if model.enable_gradient_checkpointing:
             enable_activation_checkpointing(empty)

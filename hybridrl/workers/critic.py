@@ -32,7 +32,7 @@ class CriticRole(EngineRole):
             cfg.model.value_head_init_std,
             seed,
             weights_dtype(cfg.fsdp.model_dtype, trained=True, device=ctx.device),
-            attention_implementation(ctx.device, cfg.precision, cfg.model.use_remove_padding),
+            attention_implementation(cfg.model.use_remove_padding),
         )
         if cfg.model.enable_gradient_checkpointing:
             enable_activation_checkpointing(model)

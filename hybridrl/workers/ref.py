@@ -37,7 +37,7 @@ class RefRole(EngineRole):
             ctx.model_path,
             trust_remote_code,
             dtype,
-            attention_implementation(ctx.device, actor.precision, remove_padding),
+            attention_implementation(remove_padding),
         )
         self.engine, self.offload = build_engine(
             model,
