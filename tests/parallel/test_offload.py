@@ -22,6 +22,11 @@ LAYOUTS = {
 }
 
 
+def _storage(param: torch.Tensor) -> torch.UntypedStorage:
+    local = param.to_local() if hasattr(param, "to_local") else param  # a DTensor's shard
+    return local.untyped_storage()
+
+
 def train_on_rank(rank: int, world_size: int, model_path: str, out_dir: str, layout: str, offload: bool) -> None:
     from torch.distributed.device_mesh import init_device_mesh
 
@@ -41,7 +46,10 @@ def train_on_rank(rank: int, world_size: int, model_path: str, out_dir: str, lay
         ctx.recorder.drain()
     dp_rank, dp_size, _ = actor.dp_layout("update_actor")
     shard = make_batch(len(actor.tokenizer)).split(dp_size)[dp_rank]
-    pointers = [p.data_ptr() for p in actor.engine.model.parameters()]
+    # Held, so the allocator cannot hand their addresses to a later allocation: a parameter whose storage
+    # address changes has really moved (an address alone could come back by allocator luck).
+    held = [_storage(p) for p in actor.engine.model.parameters()]
+    pointers = [s.data_ptr() for s in held]
     for _ in range(2):
         actor.update_actor(shard)
         actor.compute_log_prob(shard)
@@ -49,7 +57,7 @@ def train_on_rank(rank: int, world_size: int, model_path: str, out_dir: str, lay
         spans = [s.name for s in ctx.recorder.drain()]
         assert spans.count("reload") == 4 and spans.count("offload") == 4, spans
         assert actor.offload.offloaded_params and actor.offload.offloaded_optimizer
-        moved = [p.data_ptr() for p in actor.engine.model.parameters()]
+        moved = [_storage(p).data_ptr() for p in actor.engine.model.parameters()]
         assert all(a != b for a, b in zip(pointers, moved) if a), "the parameters never moved"
     with actor.offload.resident(optimizer=True):
         state = {k: v.clone() for k, v in actor.engine.full_state_dict().items()}
