@@ -21,8 +21,8 @@ import torch
 
 from hybridrl.algorithms.losses import entropy_from_logits, log_probs_from_logits
 from hybridrl.algorithms.token_logprobs import token_log_probs
+from hybridrl.observability.perf.utilization import PeakRSS
 from hybridrl.parallel.host_memory import return_freed_memory
-from hybridrl.perf.utilization import PeakRSS
 
 logger = logging.getLogger("bench.logprobs")
 GB = 2**30

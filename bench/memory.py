@@ -38,9 +38,9 @@ import torch
 from hybridrl.config.loader import load_config
 from hybridrl.models.loader import empty_causal_lm
 from hybridrl.models.tiny import ensure_tiny_model
+from hybridrl.observability.perf.utilization import PeakRSS
 from hybridrl.parallel.host_memory import trim_freed_memory
 from hybridrl.parallel.launch import run_ranks
-from hybridrl.perf.utilization import PeakRSS
 from hybridrl.protocol import Batch
 
 logger = logging.getLogger("bench.memory")
@@ -133,8 +133,8 @@ def measure_on_rank(rank: int, world_size: int, model_path: str, algorithm: str,
     peaks["load"] = meter.peak()
 
     meter.reset()
-    actor.engine.weights_version += 1  # force a full hand-over, as after an update
-    actor.sync_weights()
+    actor.engine.weights_changed()  # force a full hand-over, as after an update
+    actor.weights.hand_over()
     peaks["hand-over"] = meter.peak()
 
     def phase(name: str, fn: Any) -> Any:

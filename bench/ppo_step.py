@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 import tempfile
 
-from hybridrl.config.loader import load_config
 from hybridrl.logging_utils import setup_logging
+from hybridrl.preflight.checks import load_and_check
 from hybridrl.trainer.job import run
 
 PHASES = ["gen", "reward", "old_log_prob", "ref", "values", "adv", "update_critic", "update_actor"]
@@ -25,7 +25,7 @@ def main() -> None:
     args = parser.parse_args()
     setup_logging()
     with tempfile.TemporaryDirectory() as out:
-        cfg = load_config(
+        cfg = load_and_check(
             [
                 f"trainer.total_steps={args.steps}",
                 "trainer.progress_bar=false",

@@ -36,7 +36,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from hybridrl.tracking.breakdown import PHASE_ORDER
+from hybridrl.observability.tracking.breakdown import PHASE_ORDER
 
 logger = logging.getLogger("bench.w1")
 REPO = Path(__file__).resolve().parents[1]

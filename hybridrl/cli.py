@@ -7,8 +7,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from hybridrl.config.loader import ConfigError, load_config, to_yaml
-from hybridrl.tracking.report import write_report
+from hybridrl.config.loader import ConfigError, to_yaml
+from hybridrl.observability.tracking.report import write_report
+from hybridrl.preflight.checks import load_and_check
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -39,7 +40,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "export":
         return _export(args.checkpoint_dir, args.out_dir)
     try:
-        cfg = load_config(args.overrides, yaml_path=args.config)
+        cfg = load_and_check(args.overrides, yaml_path=args.config)
     except ConfigError as exc:
         sys.stderr.write(f"Config error: {exc}\n")
         return 2

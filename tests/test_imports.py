@@ -1,4 +1,4 @@
-"""The package's import graph: no cycles, and the config layer knows nothing of the cluster layer.
+"""The package's import graph: no cycles, and the config layer imports no other hybridrl package.
 
 Every import of a ``hybridrl`` module counts, wherever it is written (top of a module, inside a function,
 under ``TYPE_CHECKING``), and importing a module from outside its package also runs the package's
@@ -88,7 +88,7 @@ def test_config_imports_nothing_of_the_cluster_trainer_or_workers():
         for src, targets in graph.items()
         if src.startswith("hybridrl.config")
         for dst in targets
-        if dst.startswith(("hybridrl.cluster", "hybridrl.trainer", "hybridrl.workers", "hybridrl.tracking"))
+        if dst.startswith(("hybridrl.cluster", "hybridrl.trainer", "hybridrl.workers", "hybridrl.observability"))
     )
     assert not upward, f"config must not know the layers above it: {upward}"
 
@@ -96,3 +96,25 @@ def test_config_imports_nothing_of_the_cluster_trainer_or_workers():
 def test_the_graph_sees_imports_inside_functions(tmp_path):
     graph = import_graph()
     assert "hybridrl.trainer.job" in graph["hybridrl.trainer.main_ppo"]  # imported lazily in main()
+
+
+def test_config_imports_no_domain_package():
+    """config is schema, choices and loading: it imports only itself (the checks that need a domain package
+    are hybridrl.preflight's, which stands above the domains and is never imported by config)."""
+    graph = import_graph()
+    config = sorted(name for name in graph if name == "hybridrl.config" or name.startswith("hybridrl.config."))
+    assert "hybridrl.config.loader" in config and "hybridrl.config.compat.verl.keys" in config
+    outside = sorted(
+        f"{src} -> {dst}"
+        for src in config
+        for dst in graph[src]
+        if dst != "hybridrl.config" and not dst.startswith("hybridrl.config.")
+    )
+    assert not outside, f"config must import no other hybridrl package: {outside}"
+    reached, todo = set(config), list(config)  # everything config loads, directly or not
+    while todo:
+        for dst in graph[todo.pop()] - reached:
+            reached.add(dst)
+            todo.append(dst)
+    preflight = sorted(name for name in reached if name.startswith("hybridrl.preflight"))
+    assert not preflight, f"config must not import pre-flight, even through another module: {preflight}"

@@ -99,7 +99,7 @@ run_step probe "$(cap 20 230)" "$OUT/env.log" "$PY" "$HERE"/varlen_probe.py "${P
 
 # -- 2. the project's tests that touch CUDA (those marked gpu need Ray: collected only) --------------------
 CUDA_TESTS=()
-for f in tests/perf/test_device_peak.py tests/perf/test_utilization.py tests/parallel/test_dtypes.py \
+for f in tests/observability/perf/test_device_peak.py tests/observability/perf/test_utilization.py tests/parallel/test_dtypes.py \
   tests/rollout/test_hf_engine.py tests/rollout/test_sglang_engine.py; do
   if [ -f "$f" ]; then CUDA_TESTS+=("$f"); else echo "tests: $f is gone" >> "$OUT/tests.log"; fi
 done

@@ -169,7 +169,7 @@ def main() -> None:
         except Exception as exc:
             info["nccl_available"] = error(exc)
     try:
-        from hybridrl.perf.device_peak import lookup_gpu_peak
+        from hybridrl.observability.perf.device_peak import lookup_gpu_peak
 
         if device.type == "cuda":
             info["project_peak_table"] = lookup_gpu_peak(info["device_name"], torch.bfloat16)

@@ -61,6 +61,14 @@ SHAPES: dict[str, dict[str, Any]] = {
         intermediate_size=4864,
         vocab_size=151936,
     ),
+    "small": dict(  # bench/ragged.py's CPU model: about 21M parameters in its layers
+        hidden_size=256,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=1024,
+        vocab_size=32768,
+    ),
     "tiny": dict(
         hidden_size=64,
         num_hidden_layers=2,
@@ -77,6 +85,7 @@ PATH_DOC = {
     "c": "hybridrl actor, as a + use_prefix_grouper (shared prompts)",
     "b0": "hybridrl actor, as a + use_remove_padding + use_dynamic_bsz",
     "b": "hybridrl actor, as b0 + use_fused_kernels",
+    "b0_dense": "as b0 with the packed rows' attention of before: sdpa on Hugging Face's block-diagonal (T x T) mask",
 }
 
 
@@ -218,8 +227,8 @@ def project_overrides(args: argparse.Namespace, path: str) -> list[str]:
         "actor_rollout_ref.actor.ppo_epochs=1",
         "actor_rollout_ref.actor.use_kl_loss=false",
         "actor_rollout_ref.actor.entropy_coeff=0",
-        "actor_rollout_ref.actor.precision=bf16",
-        "actor_rollout_ref.actor.fsdp.mixed_precision=true",
+        f"actor_rollout_ref.actor.precision={args.precision}",
+        f"actor_rollout_ref.actor.fsdp.mixed_precision={str(args.precision == 'bf16').lower()}",
         "actor_rollout_ref.actor.optim.lr=1e-6",  # as the plain loop (the tiny-model preset's 1e-3 makes paths diverge)
     ]
     packed = [
@@ -231,6 +240,7 @@ def project_overrides(args: argparse.Namespace, path: str) -> list[str]:
         "a": ["actor_rollout_ref.actor.use_prefix_grouper=false"],
         "c": ["actor_rollout_ref.actor.use_prefix_grouper=true"],
         "b0": packed,
+        "b0_dense": packed,
         "b": [*packed, "actor_rollout_ref.model.use_fused_kernels=true"],
     }[path]
     return common + extra
@@ -249,7 +259,17 @@ def run_project(
     ctx = WorkerContext(0, 1, device, mesh, model_dir, model_dir)
     reset_peak(device)
     t0 = time.perf_counter()
-    role = ActorRolloutRole.from_config(cfg, ctx)
+    if path == "b0_dense":  # the model built as before packed attention: sdpa, so transformers builds the mask
+        import hybridrl.workers.actor_rollout as actor_module
+
+        chosen = actor_module.attention_implementation
+        actor_module.attention_implementation = lambda packed: "sdpa"  # type: ignore[assignment]
+        try:
+            role = ActorRolloutRole.from_config(cfg, ctx)
+        finally:
+            actor_module.attention_implementation = chosen
+    else:
+        role = ActorRolloutRole.from_config(cfg, ctx)
     sync(device)
     build_s = time.perf_counter() - t0
     engine = role.engine
@@ -332,7 +352,7 @@ def run_plain(
         losses = []
         for s in range(0, rows, args.micro):
             mb = {k: v[s : s + args.micro].to(device, non_blocking=True) for k, v in batch.items()}
-            with torch.autocast(device.type, dtype=torch.bfloat16):
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.precision == "bf16"):
                 logits = model(
                     input_ids=mb["input_ids"], attention_mask=mb["attention_mask"], position_ids=mb["position_ids"]
                 ).logits
@@ -480,7 +500,7 @@ def on_rank(rank: int, world: int, args: argparse.Namespace) -> None:
     global CURRENT_PATH
     from torch.distributed.device_mesh import init_device_mesh
 
-    from hybridrl.perf import flops as flops_module
+    from hybridrl.observability.perf import flops as flops_module
 
     device = torch.device(args.device, rank) if args.device == "cuda" else torch.device("cpu")
     started = time.perf_counter()
@@ -597,6 +617,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     parser.add_argument("--shape", choices=list(SHAPES), default="1.5b")
+    parser.add_argument(
+        "--precision", choices=["bf16", "fp32"], default="bf16", help="the project paths' (fp32 for a CPU comparison)"
+    )
     parser.add_argument("--prompts", type=int, default=4, help="distinct prompts (U)")
     parser.add_argument("--n", type=int, default=8, help="samples per prompt (rows = U x n)")
     parser.add_argument("--prompt-min", type=int, default=256)

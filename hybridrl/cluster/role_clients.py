@@ -18,13 +18,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from hybridrl.cluster.worker_group import WorkerGroup
+from hybridrl.observability.tracing import CallResult
 from hybridrl.protocol import Batch
 from hybridrl.workers.actor_rollout import ActorRolloutRole
 from hybridrl.workers.critic import CriticRole
 from hybridrl.workers.ref import RefRole
 from hybridrl.workers.reward_model import RewardModelRole
 from hybridrl.workers.rollout import RolloutRole
-from hybridrl.workers.tracing import CallResult
 
 
 class RoleClient:
@@ -114,8 +114,8 @@ class RolloutClient(RoleClient):
             self.role, RolloutRole.open_weight_channel.__name__, address, port, size, timeout_s
         )
 
-    def receive_weights(self, version: int) -> Callable[[], list[Any]]:
-        return self.group.submit_all(self.role, RolloutRole.receive_weights.__name__, version)
+    def receive_weights(self) -> Callable[[], list[Any]]:
+        return self.group.submit_all(self.role, RolloutRole.receive_weights.__name__)
 
     def state_digest(self) -> list[dict[str, str]]:
         return self._all(RolloutRole.state_digest)

@@ -21,11 +21,11 @@ from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from hybridrl.cluster.errors import PoolPlacementError, WorkerCallError, WorkerCallTimeout, WorkerStuckError
-from hybridrl.config.pools import PoolSpec
+from hybridrl.cluster.pools import PoolSpec
 from hybridrl.config.schema import Config
+from hybridrl.observability.tracing import CallResult
 from hybridrl.protocol import Batch
 from hybridrl.workers.context import DataLayout
-from hybridrl.workers.tracing import CallResult
 from hybridrl.workers.worker import Worker
 
 logger = logging.getLogger(__name__)

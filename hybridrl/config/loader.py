@@ -15,11 +15,11 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
 from hybridrl.config.choices import Strategy
+from hybridrl.config.compat.verl.keys import verl_answer
 from hybridrl.config.errors import ConfigError
 from hybridrl.config.presets import TINY_RUN
+from hybridrl.config.ranges import check_ranges
 from hybridrl.config.schema import Config
-from hybridrl.config.validate import validate
-from hybridrl.config.verl_keys import verl_answer
 
 __all__ = ["ConfigError", "load_config", "to_dict", "to_yaml"]
 
@@ -180,9 +180,12 @@ def _read_yaml(path: str) -> DictConfig:
 
 
 def load_config(overrides: Iterable[str] = (), yaml_path: str | None = None) -> Config:
-    """Return the resolved, typed, validated and read-only config.
+    """Return the resolved, typed and read-only config, its single values checked (types, closed sets,
+    ranges).
 
-    ``yaml_path`` is an optional user YAML merged over the shipped defaults, before ``overrides``.
+    ``yaml_path`` is an optional user YAML merged over the shipped defaults, before ``overrides``. What
+    needs more than the config itself (registries, pools, layouts, files) is ``hybridrl.preflight``'s:
+    a run loads its config with ``preflight.checks.load_and_check``.
     """
     schema = OmegaConf.structured(Config)
     layers: list[DictConfig] = []
@@ -213,7 +216,7 @@ def load_config(overrides: Iterable[str] = (), yaml_path: str | None = None) -> 
         detail = " ".join(str(getattr(exc, "msg", None) or exc).split("\n")[0].split())
         raise ConfigError(f"Could not resolve config key '{getattr(exc, 'full_key', None)}': {detail}.") from None
     typed = _verl_sizes(typed)
-    validate(typed)
+    check_ranges(typed)
     return typed
 
 

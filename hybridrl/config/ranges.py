@@ -1,10 +1,12 @@
 """Single values out of their range: counts and timeouts that must be positive, rates in [0, 1], numbers that
-must be finite. (Types and closed sets are the schema's; cross-field checks are ``validate``'s.)"""
+must be finite. (Types and closed sets are the schema's; what needs another package, the cluster or the files
+is ``hybridrl.preflight``'s.)"""
 
 from __future__ import annotations
 
 import math
 
+from hybridrl.config.choices import Precision
 from hybridrl.config.errors import fail as _fail
 from hybridrl.config.schema import Config, OptimConfig, TinyModelConfig
 
@@ -77,6 +79,15 @@ def _check_positive(cfg: Config) -> None:
         _fail(f"algorithm.gamma={cfg.algorithm.gamma} and algorithm.lam={cfg.algorithm.lam} must lie in [0, 1].")
     if cfg.actor_rollout_ref.rollout.temperature <= 0:
         _fail("actor_rollout_ref.rollout.temperature must be > 0 (use do_sample=false for greedy).")
+    gen_batches = cfg.algorithm.filter_groups.max_num_gen_batches
+    if gen_batches < 1:
+        _fail(f"algorithm.filter_groups.max_num_gen_batches ({gen_batches}) must be >= 1.")
+    if cfg.trainer.test_freq == 0 or cfg.trainer.test_freq < -1:
+        _fail(f"trainer.test_freq={cfg.trainer.test_freq}: use a positive number of steps, or -1 for no validation.")
+    if cfg.actor_rollout_ref.rollout.val_kwargs.n < 1:
+        _fail(f"actor_rollout_ref.rollout.val_kwargs.n={cfg.actor_rollout_ref.rollout.val_kwargs.n} must be >= 1.")
+    if cfg.trainer.val_generations_to_log < 0:
+        _fail("trainer.val_generations_to_log must be >= 0.")
 
 
 def _check_schedules(cfg: Config) -> None:
@@ -143,6 +154,15 @@ def _check_losses(cfg: Config) -> None:
     ):
         if not value >= 0:
             _fail(f"{key}={value} must be >= 0 (0 = no KL term).")
+    for key, ratio in (
+        ("clip_ratio", actor.clip_ratio),
+        ("clip_ratio_low", actor.clip_ratio_low),
+        ("clip_ratio_high", actor.clip_ratio_high),
+    ):
+        if ratio is not None and ratio <= 0:
+            _fail(f"actor_rollout_ref.actor.{key}={ratio} must be positive.")
+    if actor.clip_ratio_c is not None and actor.clip_ratio_c <= 1:
+        _fail(f"actor_rollout_ref.actor.clip_ratio_c={actor.clip_ratio_c} must be > 1 (dual-clip bound), or null.")
 
 
 def _check_rewards(cfg: Config) -> None:
@@ -159,6 +179,13 @@ def _check_rewards(cfg: Config) -> None:
         )
     if buffer.enable and cfg.reward_model.reward_manager != "dapo":
         _fail("reward_model.overlong_buffer.enable=true needs reward_model.reward_manager=dapo (as in verl).")
+    if cfg.reward_model.precision == Precision.fp16:
+        _fail("reward_model.precision=fp16 is not supported (no loss scaling for a frozen model); use fp32 or bf16.")
+    if cfg.reward.num_workers < 0 or cfg.reward.timeout_s <= 0:
+        _fail(
+            f"reward.num_workers={cfg.reward.num_workers} must be >= 0 (0 = score in the driver) and "
+            f"reward.timeout_s={cfg.reward.timeout_s} > 0."
+        )
 
 
 def _check_cluster(cfg: Config) -> None:

@@ -6,7 +6,7 @@ is rendered from it (``hybridrl.config.render``; a test keeps the two equal), an
 the long form. Components receive their own section (``ActorConfig``, ``FSDPConfig``, ...), never the
 whole tree or a loose dict. The loaded config is read-only: code derives values from it (e.g. per-worker
 batch sizes) instead of writing them back. Sets that grow by registration (advantage estimators, policy
-losses, tasks, reward functions) are plain strings checked against their registries in ``validate``.
+losses, tasks, reward functions) are plain strings checked against their registries by ``hybridrl.preflight``.
 """
 
 from __future__ import annotations

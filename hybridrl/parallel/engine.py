@@ -73,8 +73,9 @@ class TrainEngine:
         self.lr_schedule: LRSchedule | None = None
         self.lr_step = 0  # training steps the schedule has advanced (checkpointed)
         self.skipped_steps = 0
-        # Bumped whenever the weights change (an optimizer step, a checkpoint load), so that a consumer
-        # of the weights (the generation engine) can skip a hand-over of weights it already has.
+        # The one weights version: bumped whenever the weights change (``weights_changed``: an optimizer
+        # step, a checkpoint load), so that the hand-over to generation (``generation.weight_sync``) can
+        # skip weights the generation side already holds.
         self.weights_version = 0
         if optim_cfg is not None:
             self.optimizer = torch.optim.AdamW(
@@ -288,11 +289,15 @@ class TrainEngine:
                 logger.warning("Non-finite gradient norm (%s): skipping this optimizer step.", grad_norm)
         else:
             self.optimizer.step()
-            self.weights_version += 1
+            self.weights_changed()
         if self.loss_scaler is not None:
             self.loss_scaler.update(overflow)
         self.zero_grad()
         return grad_norm
+
+    def weights_changed(self) -> None:
+        """The weights are new (a step, a load): the next hand-over to generation sends them."""
+        self.weights_version += 1
 
     def clip_gradients(self, params: list[nn.Parameter], max_norm: float) -> float:
         """Clip in place; return the total gradient norm before clipping."""

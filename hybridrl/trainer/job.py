@@ -15,29 +15,29 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from hybridrl.algorithms.roles import ROLLOUT, active_roles, engine_section
 from hybridrl.checkpoint.manager import CheckpointManager, read_state, resolve_resume
 from hybridrl.cluster import ray_cluster
 from hybridrl.cluster.errors import system_failure
 from hybridrl.cluster.liveness import start_board
+from hybridrl.cluster.pools import ResourcePoolManager
 from hybridrl.cluster.role_clients import RoleClients, make_clients
 from hybridrl.cluster.worker_group import WorkerGroup
 from hybridrl.config.choices import Strategy
 from hybridrl.config.errors import ConfigError
 from hybridrl.config.loader import to_yaml
-from hybridrl.config.pools import ResourcePoolManager
-from hybridrl.config.roles import ROLLOUT, active_roles, engine_section
 from hybridrl.config.schema import Config, TrainedRoleConfig
 from hybridrl.data.dataset import PromptDataset, build_datasets
 from hybridrl.logging_utils import quiet_libraries
 from hybridrl.models.loader import load_tokenizer
 from hybridrl.models.tiny import ensure_tiny_model
+from hybridrl.observability.monitor import RunMonitor
+from hybridrl.observability.perf_metrics import StepPerf
+from hybridrl.observability.tracking import Tracker
+from hybridrl.observability.tracking.breakdown import format_breakdown
+from hybridrl.observability.tracking.tracker import read_rows
 from hybridrl.rewards.registry import REWARD_FNS
 from hybridrl.rewards.scorer import RewardScorer
-from hybridrl.tracking import Tracker
-from hybridrl.tracking.breakdown import format_breakdown
-from hybridrl.tracking.tracker import read_rows
-from hybridrl.trainer.monitor import RunMonitor
-from hybridrl.trainer.perf_metrics import StepPerf
 from hybridrl.trainer.ppo_trainer import PPOTrainer
 from hybridrl.trainer.rewarding import RewardStep
 from hybridrl.trainer.run_lock import hold_run_lock
@@ -195,7 +195,8 @@ def learning_summary(history: list[dict[str, float]], window: int) -> dict[str, 
 
 
 def run(cfg: Config) -> dict[str, Any]:
-    """Run one training job end to end; returns the run directory and the learning summary."""
+    """Run one training job end to end; returns the run directory and the learning summary. ``cfg`` has
+    passed pre-flight (``hybridrl.preflight.check``; ``main_ppo`` loads it with ``load_and_check``)."""
     quiet_libraries()
     started = time.perf_counter()
     output_dir = Path(cfg.trainer.output_dir)

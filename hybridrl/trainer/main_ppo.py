@@ -19,8 +19,9 @@ from hybridrl.cluster.errors import (
     WorkerCallTimeout,
     WorkerStuckError,
 )
-from hybridrl.config.loader import ConfigError, load_config
+from hybridrl.config.loader import ConfigError
 from hybridrl.logging_utils import setup_logging
+from hybridrl.preflight.checks import load_and_check
 from hybridrl.rewards.registry import RewardError
 from hybridrl.trainer.run_lock import RunLockError
 
@@ -82,7 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     try:
         yaml_path, overrides = split_options(argv)
-        cfg = load_config(overrides, yaml_path=yaml_path)
+        cfg = load_and_check(overrides, yaml_path=yaml_path)
     except ConfigError as exc:
         logger.error("Config error: %s", exc)
         return 2

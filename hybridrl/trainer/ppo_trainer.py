@@ -33,16 +33,16 @@ from hybridrl.cluster.role_clients import (
 )
 from hybridrl.config.schema import Config
 from hybridrl.data.dataset import EpochSampler, PromptDataset
+from hybridrl.observability.metrics import data_metrics, throughput_metrics
+from hybridrl.observability.monitor import RunMonitor
+from hybridrl.observability.perf_metrics import StepPerf
+from hybridrl.observability.tracking.breakdown import format_breakdown
+from hybridrl.observability.tracking.tracker import Tracker
 from hybridrl.parallel.partition import balanced_group_partition, balanced_partition, token_imbalance
 from hybridrl.protocol import Batch
 from hybridrl.rewards.scorer import RewardScorer
 from hybridrl.seeds import rollout_seed, step_seed
-from hybridrl.tracking.breakdown import format_breakdown
-from hybridrl.tracking.tracker import Tracker
-from hybridrl.trainer.metrics import data_metrics, throughput_metrics
-from hybridrl.trainer.monitor import RunMonitor
 from hybridrl.trainer.old_log_probs import OldLogProbs, old_log_prob_source
-from hybridrl.trainer.perf_metrics import StepPerf
 from hybridrl.trainer.rewarding import RewardStep
 from hybridrl.trainer.rollout_pool import Prefetched, SeparateRollout
 from hybridrl.trainer.run_record import RunRecord
@@ -336,8 +336,6 @@ class PPOTrainer:
                 keys.append("rollout_is_weights")
             actor_in = batch.select(tensor_keys=keys, non_tensor_keys=[], meta_keys=["seed"])
             metrics.update(_mean_over_ranks(self.roles.actor_rollout.update_actor(actor_in)))
-        if self.separate is not None:
-            self.separate.weights_changed()
 
     def validate(self, step: int) -> dict[str, float]:
         if self.val_dataset is None:

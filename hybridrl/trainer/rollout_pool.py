@@ -34,23 +34,15 @@ class SeparateRollout:
         ]
         for wait in opening:
             wait()
-        self.version = 0  # of the actor's weights: bumped by every update
-        self.handed_over = -1  # the version the rollout workers hold; none yet
         logger.info("Weight channel open: the actor's first rank -> %d rollout workers", rollout.group.world_size)
 
-    def weights_changed(self) -> None:
-        self.version += 1
-
     def hand_over(self) -> bool:
-        """Send the actor's weights unless the rollout workers hold them already; True if it sent. The
-        receivers take the call after any generation they are running, so the actor waits for that."""
-        if self.handed_over == self.version:
-            return False
-        sending, receiving = self.actor.send_weights(), self.rollout.receive_weights(self.version)
+        """The actor's weights to the rollout workers; True if they were new (the actor's workers decide,
+        ``generation.weight_sync``: unchanged weights go as an empty stream). The receivers take the call
+        after any generation they are running, so the actor waits for that."""
+        sending, receiving = self.actor.send_weights(), self.rollout.receive_weights()
         sending()
-        receiving()
-        self.handed_over = self.version
-        return True
+        return any(receiving())
 
 
 @dataclass

@@ -9,10 +9,11 @@ from pathlib import Path
 import torch
 
 from hybridrl.algorithms.losses import agg_loss, compute_kl_loss, get_policy_loss
+from hybridrl.algorithms.roles import ROLE_SECTIONS, active_roles
 from hybridrl.algorithms.token_logprobs import TokenScoring
 from hybridrl.config.choices import Precision
-from hybridrl.config.roles import ROLE_SECTIONS, active_roles
 from hybridrl.config.schema import ActorConfig, Config, ModelConfig, RolloutConfig
+from hybridrl.generation.weight_sync import WeightSender
 from hybridrl.models.loader import (
     attention_implementation,
     config_for_export,
@@ -22,7 +23,6 @@ from hybridrl.models.loader import (
 )
 from hybridrl.parallel.dtypes import rollout_dtype, weights_dtype
 from hybridrl.parallel.packing import ModelOutput
-from hybridrl.parallel.weight_channel import WeightChannel
 from hybridrl.protocol import Batch
 from hybridrl.rollout.base import RolloutEngine
 from hybridrl.workers.context import DataLayout, EngineRole, WorkerContext, build_engine
@@ -79,7 +79,6 @@ class ActorRolloutRole(EngineRole):
         # (``separate_rollout``): then the actor's first rank streams each update's weights to it.
         self.generation: Generation | None = None
         self.rollout: RolloutEngine | None = None
-        self.channel: WeightChannel | None = None
         if separate_rollout:
             # ``export_skeleton`` (parameters on the meta device) names the weights for exports.
             self.tokenizer = load_tokenizer(ctx.tokenizer_path, model.trust_remote_code)
@@ -97,8 +96,9 @@ class ActorRolloutRole(EngineRole):
             # One tokenizer and one meta skeleton per worker: the generation side's.
             self.tokenizer, self.export_skeleton = self.generation.tokenizer, self.generation.skeleton
             self.rollout = self.generation.engine
-            self._synced_version: int | None = None
-            self.sync_weights()
+        self.weights = WeightSender(self.engine, self.rollout_dtype, self.offload, ctx.recorder.span, self.rollout)
+        if self.rollout is not None:
+            self.weights.hand_over()
             self.rollout.release()
         self.offload.offload()
 
@@ -118,25 +118,10 @@ class ActorRolloutRole(EngineRole):
         )
 
     # -- rollout -------------------------------------------------------------------------------
-    def sync_weights(self) -> None:
-        """Stream the trained weights to the generation engine, one tensor at a time in its dtype (timed
-        as its own span); skipped when it already has these weights (validation, DAPO's extra rounds,
-        ReMax's greedy pass reuse the last hand-over). A skipped one is an empty span, so that
-        ``timing_s/weight_sync`` is in every step's metrics."""
-        assert self.rollout is not None, "the rollout pool generates"
-        with self.ctx.recorder.span("weight_sync"):
-            if self._synced_version == self.engine.weights_version:
-                return
-            self._synced_version = None  # until the hand-over completes, the generation copy is not valid
-            self.rollout.resume(keep_weights=False)
-            with self.offload.resident():
-                self.rollout.load_weights(self.engine.iter_full_weights(self.rollout_dtype))
-            self._synced_version = self.engine.weights_version
-
     def generate(self, batch: Batch) -> Batch:
         if self.generation is None:
             raise RuntimeError("The actor's workers do not generate: resource_pool.mapping.rollout has its own pool.")
-        self.sync_weights()
+        self.weights.hand_over()  # skipped when generation holds these weights (validation, extra rounds)
         self.generation.engine.resume()
         try:
             return self.generation.generate(batch)
@@ -160,18 +145,13 @@ class ActorRolloutRole(EngineRole):
         """The first rank hosts the channel to the rollout workers (rank 0 of ``size``); the others gather
         the weights with it but do not send."""
         if self.ctx.rank == 0:
-            self.channel = open_channel(self.ctx, address, port, 0, size, timeout_s)
+            self.weights.open(open_channel(self.ctx, address, port, 0, size, timeout_s))
 
     def send_weights(self) -> int:
-        """Every rank gathers each full tensor in turn (``iter_full_weights``); the first rank sends it to
-        the rollout workers (``RolloutRole.receive_weights``). The bytes sent (0 on the other ranks)."""
-        with self.ctx.recorder.span("weight_sync"), self.offload.resident():
-            weights = self.engine.iter_full_weights(self.rollout_dtype)
-            if self.channel is None:
-                for _ in weights:  # the collectives of every tensor's gather
-                    pass
-                return 0
-            return self.channel.send(weights)
+        """Every rank gathers each full tensor in turn; the first rank sends it to the rollout workers
+        (``RolloutRole.receive_weights``), or an empty stream when they hold these weights. The bytes sent
+        (0 on the other ranks)."""
+        return self.weights.hand_over()
 
     # -- data layout ---------------------------------------------------------------------------
     def dp_layout(self, method: str) -> DataLayout:

@@ -10,11 +10,11 @@ import torch
 
 from hybridrl.config.schema import RewardModelConfig, TrainedRoleConfig
 from hybridrl.models.weights import WeightSource
+from hybridrl.observability.tracing import SpanRecorder
 from hybridrl.parallel.engine import TrainEngine
 from hybridrl.parallel.factory import make_engine
 from hybridrl.parallel.lr_schedule import LRSchedule
 from hybridrl.parallel.offload import Offloader
-from hybridrl.workers.tracing import SpanRecorder
 
 
 @dataclass

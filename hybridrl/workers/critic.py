@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 
 from hybridrl.algorithms.losses import compute_value_loss
+from hybridrl.algorithms.roles import ROLE_SECTIONS
 from hybridrl.algorithms.utils import masked_mean
-from hybridrl.config.roles import ROLE_SECTIONS
 from hybridrl.config.schema import Config, CriticConfig
 from hybridrl.models.loader import attention_implementation, empty_value_model, enable_activation_checkpointing
 from hybridrl.parallel.dtypes import weights_dtype

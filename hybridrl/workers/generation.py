@@ -10,8 +10,8 @@ import logging
 import torch
 
 from hybridrl.config.schema import ModelConfig, RolloutConfig
+from hybridrl.generation.weight_channel import WeightChannel
 from hybridrl.models.loader import empty_causal_lm, load_tokenizer
-from hybridrl.parallel.weight_channel import WeightChannel
 from hybridrl.protocol import Batch
 from hybridrl.rollout.factory import build_rollout_engine
 from hybridrl.seeds import rank_sampling_seed

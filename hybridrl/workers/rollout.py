@@ -8,8 +8,8 @@ has them generate the next step's rollouts while the actor trains on this step's
 from __future__ import annotations
 
 from hybridrl.config.schema import Config
+from hybridrl.generation.weight_sync import WeightReceiver
 from hybridrl.parallel.dtypes import rollout_dtype
-from hybridrl.parallel.weight_channel import WeightChannel
 from hybridrl.protocol import Batch
 from hybridrl.workers.context import DataLayout, WorkerContext
 from hybridrl.workers.generation import Generation, open_channel
@@ -28,8 +28,7 @@ class RolloutRole:
             max_response_length=cfg.data.max_response_length,
             seed=cfg.trainer.seed,
         )
-        self.channel: WeightChannel | None = None
-        self.weights_version = -1  # no weights yet: the first hand-over comes before the first generation
+        self.weights = WeightReceiver(self.generation.engine, ctx.recorder.span)
 
     @classmethod
     def from_config(cls, cfg: Config, ctx: WorkerContext) -> RolloutRole:
@@ -40,19 +39,15 @@ class RolloutRole:
 
     def open_weight_channel(self, address: str, port: int, size: int, timeout_s: float) -> None:
         """Join the channel as rank 1 + this worker's rank (the actor's first rank is 0)."""
-        self.channel = open_channel(self.ctx, address, port, 1 + self.ctx.rank, size, timeout_s)
+        self.weights.open(open_channel(self.ctx, address, port, 1 + self.ctx.rank, size, timeout_s))
 
-    def receive_weights(self, version: int) -> None:
-        """Load the weights the actor's first rank is sending (``ActorRolloutRole.send_weights``)."""
-        assert self.channel is not None, "open_weight_channel first"
-        engine = self.generation.engine
-        with self.ctx.recorder.span("weight_sync"):
-            engine.resume(keep_weights=False)
-            engine.load_weights(self.channel.receive())
-        self.weights_version = version
+    def receive_weights(self) -> bool:
+        """Load the weights the actor's first rank is sending (``ActorRolloutRole.send_weights``); False
+        when it said these workers hold them already."""
+        return self.weights.receive()
 
     def generate(self, batch: Batch) -> Batch:
-        if self.weights_version < 0:
+        if not self.weights.has_weights:
             raise RuntimeError("The rollout workers have no weights yet: the actor hands them over first.")
         self.generation.engine.resume()
         try:

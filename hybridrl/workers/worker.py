@@ -23,9 +23,10 @@ from hybridrl.checkpoint.shards import load_rng, save_rng
 from hybridrl.config.choices import Device
 from hybridrl.config.schema import Config
 from hybridrl.logging_utils import quiet_libraries
+from hybridrl.observability.perf.utilization import ProcessSampler
+from hybridrl.observability.tracing import CallResult, Span, SpanRecorder, synchronize
 from hybridrl.parallel import dist as hdist
 from hybridrl.parallel.host_memory import return_freed_memory, trim_freed_memory
-from hybridrl.perf.utilization import ProcessSampler
 from hybridrl.protocol import Batch
 from hybridrl.workers.actor_rollout import ActorRolloutRole
 from hybridrl.workers.context import DataLayout, EngineRole, Role, WorkerContext
@@ -34,7 +35,6 @@ from hybridrl.workers.heartbeat import start_heartbeat
 from hybridrl.workers.ref import RefRole
 from hybridrl.workers.reward_model import RewardModelRole
 from hybridrl.workers.rollout import RolloutRole
-from hybridrl.workers.tracing import CallResult, Span, SpanRecorder, synchronize
 
 logger = logging.getLogger(__name__)
 
@@ -218,7 +218,7 @@ class Worker:
                     role.engine.model, role.engine.optimizer, directory / name, self.rank, self.world_size
                 )
             role.engine.set_lr_step(lr_step)  # the config's lr is the base; the saved one is not
-            role.engine.weights_version += 1  # new weights: the next generate hands them over
+            role.engine.weights_changed()  # new weights: the next generate hands them over
         if not load_rng(directory / "rng", f"{'+'.join(self.role_names)}_rank_{self.rank}"):
             logger.warning(
                 "Checkpoint %s has no RNG state for rank %d (written by fewer workers or other role placements): "

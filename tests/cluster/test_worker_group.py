@@ -8,13 +8,13 @@ import torch
 from ray import cloudpickle
 
 from hybridrl.cluster.errors import PoolPlacementError, WorkerCallError, WorkerCallTimeout
+from hybridrl.cluster.pools import PoolSpec
 from hybridrl.cluster.role_clients import colocated_passes, make_clients, run_forward_passes
 from hybridrl.cluster.worker_group import WorkerGroup
 from hybridrl.config.loader import load_config
-from hybridrl.config.pools import PoolSpec
 from hybridrl.models.tiny import build_tokenizer, ensure_tiny_model
+from hybridrl.observability.monitor import RunMonitor
 from hybridrl.protocol import Batch
-from hybridrl.trainer.monitor import RunMonitor
 from hybridrl.workers.context import DataLayout
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
@@ -140,7 +140,7 @@ def test_unplaceable_pool_fails_fast(ray_cluster, tmp_path):
 
 
 def test_straggler_warning_names_role_and_rank(group, caplog):
-    from hybridrl.trainer.monitor import RunMonitor
+    from hybridrl.observability.monitor import RunMonitor
 
     def slow_on_rank_1(worker):
         import time

@@ -1,7 +1,8 @@
 import pytest
 
+from hybridrl.algorithms.roles import active_roles
 from hybridrl.config.loader import ConfigError, load_config
-from hybridrl.config.roles import active_roles
+from hybridrl.preflight.checks import load_and_check
 
 
 @pytest.mark.parametrize(
@@ -26,7 +27,7 @@ def test_roles_follow_the_algorithm(overrides, roles):
 
 
 def test_roles_not_needed_need_no_pool():
-    cfg = load_config(
+    cfg = load_and_check(
         [
             "algorithm.adv_estimator=grpo",
             "algorithm.use_kl_in_reward=false",
@@ -68,9 +69,9 @@ def test_roles_not_needed_need_no_pool():
 )
 def test_options_that_do_not_fit_are_refused(overrides, match):
     with pytest.raises(ConfigError, match=match):
-        load_config(overrides)
+        load_and_check(overrides)
 
 
 def test_every_estimator_loads():
     for name in ["gae", "grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax"]:
-        load_config([f"algorithm.adv_estimator={name}"])
+        load_and_check([f"algorithm.adv_estimator={name}"])

@@ -10,6 +10,7 @@ from hybridrl.cluster.errors import ClusterConnectError
 from hybridrl.cluster.ray_cluster import _check_reachable
 from hybridrl.config.errors import ConfigError
 from hybridrl.config.loader import load_config
+from hybridrl.preflight.checks import load_and_check
 from hybridrl.trainer.main_ppo import main
 
 
@@ -35,7 +36,7 @@ def test_bad_config_files_get_one_line(tmp_path, text, message):
 def test_output_dir_under_a_file_is_refused(tmp_path):
     (tmp_path / "notes").write_text("")
     with pytest.raises(ConfigError, match=r"trainer.output_dir=.*notes/run: .*notes is a file, not a directory"):
-        load_config([f"trainer.output_dir={tmp_path}/notes/run"])
+        load_and_check([f"trainer.output_dir={tmp_path}/notes/run"])
 
 
 @pytest.mark.parametrize("address", ["127.0.0.1:1", "ray://127.0.0.1:1"])

@@ -7,6 +7,7 @@ import pytest
 from hybridrl.cli import main as cli_main
 from hybridrl.config.loader import ConfigError, load_config
 from hybridrl.config.schema import Config
+from hybridrl.preflight.checks import load_and_check
 from tests.config.test_schema import leaf_keys
 
 
@@ -43,25 +44,25 @@ def test_bad_enum_lists_valid_values():
     with pytest.raises(ConfigError, match=r"sharding_strategy='FULL'.*FULL_SHARD, SHARD_GRAD_OP"):
         load_config(["actor_rollout_ref.actor.fsdp.sharding_strategy=FULL"])
     with pytest.raises(ConfigError, match=r"algorithm.adv_estimator='ppo'.*gae"):
-        load_config(["algorithm.adv_estimator=ppo"])
+        load_and_check(["algorithm.adv_estimator=ppo"])
     with pytest.raises(ConfigError, match=r"data.task='nope'.*copy"):
-        load_config(["data.task=nope"])
+        load_and_check(["data.task=nope"])
 
 
 def test_micro_batch_that_does_not_divide_shows_numbers():
     # default: 16 prompts x 4 samples / 2 workers = 32 sequences per worker per mini-batch
     with pytest.raises(ConfigError, match=r"ppo_micro_batch_size_per_gpu \(5\).*= 32 sequences"):
-        load_config(["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=5"])
+        load_and_check(["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=5"])
 
 
 def test_mini_batch_must_divide_train_batch():
     with pytest.raises(ConfigError, match=r"critic.ppo_mini_batch_size \(6\) must divide data.train_batch_size \(32\)"):
-        load_config(["critic.ppo_mini_batch_size=6"])
+        load_and_check(["critic.ppo_mini_batch_size=6"])
 
 
 def test_sequences_must_split_over_workers():
     with pytest.raises(ConfigError, match=r"= 15 sequences cannot be split evenly over the 2 workers"):
-        load_config(
+        load_and_check(
             [
                 "data.train_batch_size=15",
                 "actor_rollout_ref.rollout.n=1",
@@ -73,9 +74,9 @@ def test_sequences_must_split_over_workers():
 
 def test_pool_mapping_errors():
     with pytest.raises(ConfigError, match=r"pool 'nowhere', which is not defined"):
-        load_config(["resource_pool.mapping.critic=nowhere"])
+        load_and_check(["resource_pool.mapping.critic=nowhere"])
     with pytest.raises(ConfigError, match=r"unknown role 'rewardz'"):
-        load_config(["resource_pool.mapping.rewardz=global_pool"])
+        load_and_check(["resource_pool.mapping.rewardz=global_pool"])
 
 
 def test_override_without_equals():
@@ -130,7 +131,7 @@ def test_uninstalled_tracker_is_refused_before_launch():
     if importlib.util.find_spec("wandb") is not None:
         pytest.skip("wandb is installed here")
     with pytest.raises(ConfigError, match=r"wandb package is not installed: pip install 'hybridrl\[wandb\]'"):
-        load_config(["trainer.logger=[console,wandb]"])
+        load_and_check(["trainer.logger=[console,wandb]"])
     with pytest.raises(ConfigError, match=r"choose one of: console, jsonl, tensorboard, wandb, mlflow"):
         load_config(["trainer.logger=[nope]"])
 
@@ -159,7 +160,7 @@ def test_shard_group_must_divide_the_workers():
     with pytest.raises(
         ConfigError, match=r"actor_rollout_ref.actor.fsdp.shard_group_size \(3\) must divide the 2 workers"
     ):
-        load_config(
+        load_and_check(
             [
                 "actor_rollout_ref.actor.fsdp.sharding_strategy=HYBRID_SHARD",
                 "actor_rollout_ref.actor.fsdp.shard_group_size=3",

@@ -9,6 +9,7 @@ import pytest
 
 from hybridrl.config.loader import ConfigError, load_config
 from hybridrl.models.tiny import ensure_tiny_model
+from hybridrl.preflight.checks import load_and_check
 
 
 def test_seed_trainer_parallel_config_sets_the_critic():
@@ -83,13 +84,13 @@ def test_strategy_mapping_form_for_megatron():
 )
 def test_layouts_that_cannot_run_are_refused(overrides, match):
     with pytest.raises(ConfigError, match=match):
-        load_config(overrides)
+        load_and_check(overrides)
 
 
 def test_batch_arithmetic_counts_data_parallel_replicas():
     # 4 workers with tp=2 are 2 replicas: 16 x 4 / 2 = 32 sequences per replica per mini-batch.
     with pytest.raises(ConfigError, match=r"/ 2 workers = 32 sequences"):
-        load_config(
+        load_and_check(
             [
                 "resource_pool.pools.global_pool.GPU=4",
                 "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
@@ -97,7 +98,7 @@ def test_batch_arithmetic_counts_data_parallel_replicas():
                 "critic.ppo_micro_batch_size_per_gpu=24",
             ]
         )
-    load_config(
+    load_and_check(
         [
             "resource_pool.pools.global_pool.GPU=4",
             "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
@@ -118,7 +119,7 @@ def test_a_local_model_is_checked_from_its_config(tmp_path):
         seed=0,
     )
     with pytest.raises(ConfigError, match=r"6 attention heads and 3 key/value heads"):
-        load_config(
+        load_and_check(
             [
                 f"actor_rollout_ref.model.path={path}",
                 "actor_rollout_ref.actor.strategy=megatron",
@@ -154,7 +155,7 @@ def test_a_model_without_a_tensor_parallel_plan_is_refused(tmp_path):
 
     GPT2Config(n_layer=2, n_head=4, n_embd=32, vocab_size=17).save_pretrained(tmp_path / "gpt2")
     with pytest.raises(ConfigError, match=r"'gpt2' model declares no tensor-parallel plan"):
-        load_config(
+        load_and_check(
             [
                 f"actor_rollout_ref.model.path={tmp_path / 'gpt2'}",
                 "critic.strategy=megatron",

@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from hybridrl.config.compat.verl.keys import VERL_ANSWERS, VERL_KEYS, verl_answer
 from hybridrl.config.schema import Config
-from hybridrl.config.verl_keys import VERL_ANSWERS, VERL_KEYS, verl_answer
 from tests.config.test_schema import USER_DICTS, leaf_keys
 
 HYBRIDRL_KEYS = set(leaf_keys(Config))

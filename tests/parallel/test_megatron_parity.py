@@ -109,7 +109,7 @@ def train_on_rank(rank: int, world_size: int, model_path: str, out_dir: str, lay
     actor_rows = [actor.update_actor(shard) for _ in range(3)]
     critic_rows = [critic.update_critic(shard) for _ in range(3)]
     actor_state, critic_state = actor.engine.full_state_dict(), critic.engine.full_state_dict()
-    actor.sync_weights()  # the hand-over to generation: the rollout copy gets exactly the trained weights
+    actor.weights.hand_over()  # the hand-over to generation: the rollout copy gets exactly the trained weights
     digest = actor.state_digest()
     if cfg.actor_rollout_ref.actor.precision != "bf16":  # (a bf16 run generates with a bf16 copy)
         assert digest["train"] == digest["rollout"], "generation engine did not get the trained weights"

@@ -10,8 +10,8 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
 from hybridrl.config.loader import load_config
-from hybridrl.tracking.breakdown import TOP_LEVEL_EXCLUDED
-from hybridrl.tracking.report import write_report
+from hybridrl.observability.tracking.breakdown import TOP_LEVEL_EXCLUDED
+from hybridrl.observability.tracking.report import write_report
 from hybridrl.trainer.job import run
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]

@@ -9,8 +9,8 @@ import torch
 from safetensors.torch import load_file
 
 from hybridrl.config.errors import ConfigError
-from hybridrl.config.loader import load_config
 from hybridrl.parallel.launch import run_ranks
+from hybridrl.preflight.checks import load_and_check
 from tests.parallel.test_fsdp_parity import _close
 from tests.parallel.test_megatron_parity import make_batch, megatron, train_on_rank
 from tests.tiny_models import tiny
@@ -108,4 +108,4 @@ def test_matches_the_padded_fixed_row_path(tmp_path, padded, world, layout):
 )
 def test_bad_budgets_are_refused_before_launch(overrides, message):
     with pytest.raises(ConfigError, match=message):
-        load_config(overrides)
+        load_and_check(overrides)

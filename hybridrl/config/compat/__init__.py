@@ -1,0 +1,1 @@
+"""Compatibility tables for configs written for other frameworks."""

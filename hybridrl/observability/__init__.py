@@ -1,0 +1,1 @@
+"""Observability: driver side (monitor, metrics, breakdown, trackers, report, trace) and worker side (spans, peaks, utilisation)."""

@@ -1,0 +1,3 @@
+from hybridrl.observability.tracking.tracker import Tracker
+
+__all__ = ["Tracker"]

@@ -1,3 +1,0 @@
-from hybridrl.tracking.tracker import Tracker
-
-__all__ = ["Tracker"]

@@ -1,0 +1,109 @@
+"""The weight channel between worker groups: every tensor arrives exact, in its dtype and shape, with its
+name; and the actor's FSDP ranks hand their trained weights to a generation worker of another group."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from hybridrl.config.loader import load_config
+from hybridrl.generation.weight_channel import WeightChannel
+from hybridrl.parallel.dist import free_port
+from hybridrl.parallel.launch import run_ranks
+from tests.parallel.test_fsdp_parity import make_batch, overrides
+from tests.tiny_models import tiny
+
+TENSORS = {
+    "a.weight": torch.randn(3, 4, generator=torch.Generator().manual_seed(0)),
+    "b.bias": torch.arange(5, dtype=torch.bfloat16),
+    "steps": torch.tensor(7, dtype=torch.int64),  # 0-d
+    "mask": torch.tensor([[True, False]]),
+    "ünïcode.name": torch.ones(2, 1, 1, 2, dtype=torch.float16),
+}
+
+
+def channel_rank(rank: int, port: int, out: str) -> None:
+    channel = WeightChannel("127.0.0.1", port, rank, 3, torch.device("cpu"), timeout_s=60)
+    if rank == 0:
+        assert channel.send(iter(TENSORS.items())) == sum(t.numel() * t.element_size() for t in TENSORS.values())
+        return
+    torch.save(list(channel.receive()), out)
+
+
+def test_every_tensor_arrives_exact_with_its_name_dtype_and_shape(tmp_path):
+    port = free_port()
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=channel_rank, args=(r, port, str(tmp_path / f"{r}.pt"))) for r in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    for r in (1, 2):
+        received = torch.load(tmp_path / f"{r}.pt")
+        assert [name for name, _ in received] == list(TENSORS)
+        for (name, tensor), expected in zip(received, TENSORS.values(), strict=True):
+            assert tensor.dtype == expected.dtype and torch.equal(tensor, expected), name
+
+
+ROLLOUT_POOL = ("+resource_pool.pools.rollout_pool.GPU=1", "+resource_pool.mapping.rollout=rollout_pool")
+
+
+def send_on_rank(rank: int, world_size: int, model_path: str, port: int, out: str) -> None:
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from hybridrl.workers.actor_rollout import ActorRolloutRole
+    from hybridrl.workers.context import WorkerContext
+
+    cfg = load_config(overrides(world_size, "FULL_SHARD", ROLLOUT_POOL))
+    ctx = WorkerContext(
+        rank, world_size, torch.device("cpu"), init_device_mesh("cpu", (world_size,)), model_path, model_path
+    )
+    actor = ActorRolloutRole.from_config(cfg, ctx)
+    assert actor.rollout is None  # the rollout pool generates: no generation copy on the actor's workers
+    actor.update_actor(make_batch(len(actor.tokenizer)).split(world_size)[rank])  # weights unlike the files'
+    actor.open_weight_channel("127.0.0.1", port, 2, 60)
+    sent = actor.send_weights()
+    again = actor.send_weights()  # nothing changed: an empty stream, the receivers keep their weights
+    state = actor.engine.full_state_dict()
+    if rank == 0:
+        assert sent > 0 and again == 0
+        save_file({k: v.contiguous() for k, v in state.items()}, out)
+
+
+def receive_in_process(model_path: str, port: int, out: str) -> None:
+    from hybridrl.protocol import Batch
+    from hybridrl.workers.context import WorkerContext
+    from hybridrl.workers.rollout import RolloutRole
+
+    cfg = load_config(overrides(2, "FULL_SHARD", ROLLOUT_POOL))
+    role = RolloutRole.from_config(cfg, WorkerContext(0, 1, torch.device("cpu"), None, model_path, model_path))
+    role.open_weight_channel("127.0.0.1", port, 2, 60)
+    assert role.receive_weights() is True
+    assert role.receive_weights() is False  # the actor said nothing changed
+    model = role.generation.engine.model  # the hf engine's copy
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, out)
+    prompts = Batch.from_dict(
+        tensors={"input_ids": torch.tensor([[5, 6, 7]] * 2), "attention_mask": torch.ones(2, 3, dtype=torch.long)},
+        meta={"seed": 1},
+    )
+    assert role.generate(prompts).tensors["responses"].shape[0] == 2
+
+
+def test_the_actors_fsdp_ranks_hand_their_weights_to_another_group(tmp_path):
+    model_path = tiny(tmp_path / "m")
+    port = free_port()
+    receiver = mp.get_context("spawn").Process(
+        target=receive_in_process, args=(model_path, port, str(tmp_path / "received.safetensors"))
+    )
+    receiver.start()
+    run_ranks(send_on_rank, 2, model_path, port, str(tmp_path / "sent.safetensors"))
+    receiver.join(120)
+    assert receiver.exitcode == 0
+    sent, received = load_file(tmp_path / "sent.safetensors"), load_file(tmp_path / "received.safetensors")
+    initial = load_file(tmp_path / "m" / "model.safetensors")
+    assert any(not torch.equal(sent[k], initial[k]) for k in initial)  # the update moved the weights
+    for k, v in sent.items():
+        assert torch.equal(received[k], v), k
