@@ -31,17 +31,11 @@ def error(exc: BaseException) -> str:
 
 
 def matmul_tflops(device: torch.device, size: int, iters: int) -> dict[str, float]:
-    a = torch.randn(size, size, device=device, dtype=torch.bfloat16)
-    b = torch.randn(size, size, device=device, dtype=torch.bfloat16)
-    for _ in range(3):
-        a @ b
-    sync(device)
-    t0 = time.perf_counter()
-    for _ in range(iters):
-        a @ b
-    sync(device)
-    seconds = time.perf_counter() - t0
-    return {"size": size, "iters": iters, "seconds": seconds, "tflops": 2 * size**3 * iters / seconds / 1e12}
+    """The project's own calibration (``calibrate_matmul_flops``, best of ``iters``), in TFLOP/s."""
+    from hybridrl.observability.perf.device_peak import calibrate_matmul_flops
+
+    flops = calibrate_matmul_flops(device, torch.bfloat16, size=size, repeats=iters, budget_s=5.0)
+    return {"size": size, "iters": iters, "tflops": flops / 1e12}
 
 
 def attention_kernels() -> dict[str, Any]:

@@ -175,18 +175,10 @@ def sync(device: torch.device) -> None:
 
 
 def matmul_tflops(device: torch.device, size: int, iters: int = 10) -> float:
-    dtype = torch.bfloat16
-    a = torch.randn(size, size, device=device, dtype=dtype)
-    b = torch.randn(size, size, device=device, dtype=dtype)
-    for _ in range(3):
-        a @ b
-    sync(device)
-    t0 = time.perf_counter()
-    for _ in range(iters):
-        a @ b
-    sync(device)
-    seconds = time.perf_counter() - t0
-    return 2 * size**3 * iters / seconds / 1e12
+    """bf16 matmul TFLOP/s by the project's own calibration (best of ``iters``)."""
+    from hybridrl.observability.perf.device_peak import calibrate_matmul_flops
+
+    return calibrate_matmul_flops(device, torch.bfloat16, size=size, repeats=iters, budget_s=5.0) / 1e12
 
 
 def dtype_kwarg(dtype: torch.dtype) -> dict[str, torch.dtype]:

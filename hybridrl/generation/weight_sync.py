@@ -49,13 +49,12 @@ class WeightSender:
         weights go over the channel ``open`` sets up)."""
         self.engine, self.dtype, self.offload, self.span = engine, dtype, offload, span
         self.target = target
-        self.channel: WeightChannel | None = None
-        self.sends = False  # this rank writes to the channel (the group's first rank)
+        self.channel: WeightChannel | None = None  # held by the rank that sends (the group's first)
         self._held: int | None = None  # the version the generation side holds; None: none, or unknown
 
     def open(self, channel: WeightChannel | None) -> None:
         """A rollout pool's channel; every rank of the actor gathers, only the one holding ``channel`` sends."""
-        self.channel, self.sends = channel, channel is not None
+        self.channel = channel
 
     @property
     def up_to_date(self) -> bool:
@@ -65,8 +64,7 @@ class WeightSender:
         """Send the weights unless the generation side holds them; the bytes this rank sent or copied."""
         with self.span("weight_sync"):
             if self.up_to_date:
-                if self.sends:
-                    assert self.channel is not None
+                if self.channel is not None:
                     self.channel.send(())  # an empty stream: the receivers keep their weights
                 return 0
             self._held = None  # until the hand-over completes, the generation copy is not valid

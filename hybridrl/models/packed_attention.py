@@ -184,13 +184,7 @@ def _per_document(
             i = torch.arange(b - a, device=q.device)
             mask = (i[:, None] >= i[None, :]) & (i[:, None] - i[None, :] < window)
         out = F.scaled_dot_product_attention(
-            qd,
-            kd if groups == 1 else _repeat_kv(kd, groups),
-            vd if groups == 1 else _repeat_kv(vd, groups),
-            attn_mask=mask,
-            is_causal=mask is None,
-            dropout_p=dropout,
-            scale=scale,
+            qd, kd, vd, attn_mask=mask, is_causal=mask is None, dropout_p=dropout, scale=scale, enable_gqa=groups > 1
         )
         outs.append(out[0].transpose(0, 1))
     return torch.cat(outs, dim=0) if outs else q.new_empty(q.shape)
@@ -239,16 +233,19 @@ def _padded_attention(
     """Plain (batch, heads, q, kv) attention for calls that are not packed (a padded batch, decoding with a
     cache): causal aligned to the last key, with the 2D padding mask where there is one."""
     q_len, kv_len = query.shape[2], key.shape[2]
-    groups = query.shape[1] // key.shape[1]
-    key, value = _repeat_kv(key, groups), _repeat_kv(value, groups)
+    gqa = query.shape[1] != key.shape[1]
     if attention_mask is None and q_len == kv_len:
-        return F.scaled_dot_product_attention(query, key, value, is_causal=True, dropout_p=dropout, scale=scale)
+        return F.scaled_dot_product_attention(
+            query, key, value, is_causal=True, dropout_p=dropout, scale=scale, enable_gqa=gqa
+        )
     i = torch.arange(q_len, device=query.device)[:, None] + (kv_len - q_len)
     mask = i >= torch.arange(kv_len, device=query.device)[None, :]  # (q, kv)
     mask = mask[None, None]
     if attention_mask is not None:
         mask = mask & attention_mask[:, None, None, -kv_len:].bool()
-    return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout, scale=scale)
+    return F.scaled_dot_product_attention(
+        query, key, value, attn_mask=mask, dropout_p=dropout, scale=scale, enable_gqa=gqa
+    )
 
 
 def packed_attention_forward(
@@ -270,14 +267,9 @@ def packed_attention_forward(
         )
     batch, heads, q_len, dim = query.shape
     window = kwargs.get("sliding_window")
-    cu = kwargs.get("cu_seq_lens_q")
     docs: Documents | None = None
-    if attention_mask is None and q_len == key.shape[2]:
-        if cu is not None:
-            bounds = tuple(int(x) for x in cu.tolist())
-            docs = Documents(cu.to(torch.int32), bounds, int(kwargs.get("max_length_q") or 0) or q_len)
-        elif kwargs.get("position_ids") is not None:
-            docs = _documents.get(kwargs["position_ids"])
+    if attention_mask is None and q_len == key.shape[2] and kwargs.get("position_ids") is not None:
+        docs = _documents.get(kwargs["position_ids"])
     if docs is None or len(docs.bounds) - 1 == batch:  # one document per row: a plain causal batch
         out = _padded_attention(query, key, value, attention_mask, scaling, dropout)
         return out.transpose(1, 2), None
