@@ -7,7 +7,7 @@ The logits are a (rows, length, vocab) bf16 tensor, as a bf16 model produces the
 RSS the pass adds on top of them (``VmHWM`` reset before each pass), for a forward-only pass (old
 log-probs, reference) and for a training pass (log-probs + entropy with gradients, then backward),
 without and with ``actor.entropy_checkpointing``. The process tunes malloc as worker processes do
-(``hybridrl.parallel.host_memory``); without it glibc keeps freed chunks and the figures mean little.
+(``hybridrl.workers.host_memory``); without it glibc keeps freed chunks and the figures mean little.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import torch
 from hybridrl.algorithms.losses import entropy_from_logits, log_probs_from_logits
 from hybridrl.algorithms.token_logprobs import token_log_probs
 from hybridrl.observability.perf.utilization import PeakRSS
-from hybridrl.parallel.host_memory import return_freed_memory
+from hybridrl.workers.host_memory import return_freed_memory
 
 logger = logging.getLogger("bench.logprobs")
 GB = 2**30

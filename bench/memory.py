@@ -39,9 +39,9 @@ from hybridrl.config.loader import load_config
 from hybridrl.models.loader import empty_causal_lm
 from hybridrl.models.tiny import ensure_tiny_model
 from hybridrl.observability.perf.utilization import PeakRSS
-from hybridrl.parallel.host_memory import trim_freed_memory
-from hybridrl.parallel.launch import run_ranks
 from hybridrl.protocol import Batch
+from hybridrl.testing.launch import run_ranks
+from hybridrl.workers.host_memory import trim_freed_memory
 
 logger = logging.getLogger("bench.memory")
 GB = 1e9
@@ -100,8 +100,8 @@ def measure_on_rank(rank: int, world_size: int, model_path: str, algorithm: str,
     """One algorithm's phases on this rank; writes ``{phase: peak bytes}`` and the runtime's memory."""
     from torch.distributed.device_mesh import init_device_mesh
 
+    from hybridrl.engine.context import WorkerContext
     from hybridrl.workers.actor_rollout import ActorRolloutRole
-    from hybridrl.workers.context import WorkerContext
     from hybridrl.workers.critic import CriticRole
     from hybridrl.workers.ref import RefRole
 

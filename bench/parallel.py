@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from hybridrl.parallel.launch import run_ranks
+from hybridrl.testing.launch import run_ranks
 
 # (ranks, strategy, HYBRID_SHARD group or Megatron (tp, pp, sequence_parallel))
 CASES = [
@@ -75,8 +75,8 @@ def build_engine(world: int, model_dir: str, strategy: str, option) -> object:
 
     from hybridrl.config.choices import ShardingStrategy, Strategy
     from hybridrl.config.schema import ActorConfig, FSDPConfig, MegatronConfig, OptimConfig, ParallelConfig
+    from hybridrl.engine.factory import make_engine
     from hybridrl.models.loader import empty_causal_lm
-    from hybridrl.parallel.factory import make_engine
 
     mesh = init_device_mesh("cpu", (world,))
     section = ActorConfig(optim=OptimConfig(lr=1e-4))

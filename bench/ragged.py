@@ -105,7 +105,7 @@ def shard_rows(attention: torch.Tensor, world: int, balance: bool) -> list[np.nd
     """Each rank's rows: contiguous (padded path) or balanced by tokens (``trainer.balance_batch``)."""
     if not balance:
         return np.array_split(np.arange(len(attention)), world)
-    from hybridrl.parallel.partition import balanced_partition
+    from hybridrl.data.partition import balanced_partition
 
     return balanced_partition(attention.sum(-1).tolist(), world, equal_size=True)
 
@@ -127,12 +127,12 @@ def on_rank(rank: int, world: int, root: str, vocab: int, overrides: list[str], 
     from torch.distributed.device_mesh import init_device_mesh
 
     from hybridrl.config.loader import load_config
+    from hybridrl.engine.context import WorkerContext
     from hybridrl.protocol import Batch
     from hybridrl.workers.actor_rollout import ActorRolloutRole
-    from hybridrl.workers.context import WorkerContext
 
     try:  # as worker processes do, where the revision has it: freed memory goes back to the OS
-        from hybridrl.parallel.host_memory import return_freed_memory
+        from hybridrl.workers.host_memory import return_freed_memory
 
         return_freed_memory()
     except ImportError:
@@ -180,7 +180,7 @@ def on_rank(rank: int, world: int, root: str, vocab: int, overrides: list[str], 
 
 
 def worker_main(args: argparse.Namespace) -> None:
-    from hybridrl.parallel.launch import run_ranks
+    from hybridrl.testing.launch import run_ranks
 
     budget = [
         f"actor_rollout_ref.actor.ppo_max_token_len_per_gpu={args.max_tokens}",

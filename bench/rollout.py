@@ -80,10 +80,11 @@ def prompts(count: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 def measure(rank: int, world_size: int, model_path: str, args: argparse.Namespace, out: str) -> None:
     """Both engines in this (rank 0) process, the same weights, prompts and sampling."""
-    from hybridrl.config.schema import RolloutConfig
+    from hybridrl.config.schema import RolloutConfig, SamplingConfig
+    from hybridrl.generation.engines.base import EngineSite
+    from hybridrl.generation.engines.hf import HFRolloutEngine
+    from hybridrl.generation.engines.vllm import VLLMRolloutEngine
     from hybridrl.models.loader import load_causal_lm
-    from hybridrl.rollout.hf_engine import HFRolloutEngine
-    from hybridrl.rollout.vllm_engine import VLLMRolloutEngine
 
     trained = load_causal_lm(model_path)  # stands in for the trainer's weights
     input_ids, attention_mask = prompts(args.prompts)
@@ -92,24 +93,25 @@ def measure(rank: int, world_size: int, model_path: str, args: argparse.Namespac
     engines = {
         "hf": HFRolloutEngine(load_causal_lm(model_path), 0, None),
         "vllm": VLLMRolloutEngine(
-            model_path,
             RolloutConfig(max_num_seqs=args.prompts, max_num_batched_tokens=max(8192, max_len)),
-            dtype=torch.float32,
-            device=torch.device("cpu"),
-            pad_token_id=0,
-            eos_token_id=None,
-            max_model_len=max_len,
-            rank=rank,
-            world_size=world_size,
-            seed=0,
-            trust_remote_code=False,
+            EngineSite(
+                model_path=model_path,
+                trust_remote_code=False,
+                dtype=torch.float32,
+                device=torch.device("cpu"),
+                pad_token_id=0,
+                eos_token_id=None,
+                max_model_len=max_len,
+                rank=rank,
+                world_size=world_size,
+            ),
         ),
     }
     figures: dict[str, dict[str, float]] = {
         "vllm": {"start_s": time.perf_counter() - started},
         "model": {"params_m": sum(p.numel() for p in trained.parameters()) / 1e6},
     }
-    sampling = dict(max_new_tokens=args.new_tokens, do_sample=True, temperature=1.0, top_k=0, top_p=1.0)
+    sampling = SamplingConfig(do_sample=True, temperature=1.0, top_k=0, top_p=1.0)
     for name, engine in engines.items():
         handovers, rates = [], []
         for repeat in range(args.repeats + 1):  # the first of each is a warm-up
@@ -117,7 +119,9 @@ def measure(rank: int, world_size: int, model_path: str, args: argparse.Namespac
             engine.load_weights(trained.named_parameters())
             handover = time.perf_counter() - t0
             t0 = time.perf_counter()
-            result = engine.generate(input_ids, attention_mask, seed=repeat, **sampling)
+            result = engine.generate(
+                input_ids, attention_mask, max_new_tokens=args.new_tokens, sampling=sampling, seed=repeat
+            )
             seconds = time.perf_counter() - t0
             if repeat:
                 handovers.append(handover)
@@ -135,7 +139,7 @@ def run_model(name: str, args: argparse.Namespace, workdir: Path) -> dict[str, d
     out = workdir / f"{name}.json"
     code = (
         "import sys, argparse, json; sys.path.insert(0, 'bench'); import rollout as b;"
-        "from hybridrl.parallel.launch import run_ranks;"
+        "from hybridrl.testing.launch import run_ranks;"
         f"args = argparse.Namespace(**json.loads({json.dumps(json.dumps(vars(args)))}));"
         f"run_ranks(b.measure, 1, b.write_model(__import__('pathlib').Path({str(workdir / name)!r}), "
         f"b.SHAPES[{name!r}]), args, {str(out)!r})"

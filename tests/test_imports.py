@@ -118,3 +118,53 @@ def test_config_imports_no_domain_package():
             todo.append(dst)
     preflight = sorted(name for name in reached if name.startswith("hybridrl.preflight"))
     assert not preflight, f"config must not import pre-flight, even through another module: {preflight}"
+
+
+#: The package's rooms from the bottom up (docs/ARCHITECTURE.md "Rooms and what may import what"). A room
+#: imports only itself and rooms of lower layers: rooms of one layer never import each other.
+LAYERS: list[set[str]] = [
+    {"protocol", "seeds", "logging_utils", "config"},
+    {"algorithms", "data", "models", "rewards", "observability"},
+    {"checkpoint"},
+    {"engine"},
+    {"generation"},
+    {"workers"},
+    {"cluster"},
+    {"preflight"},
+    {"trainer", "testing"},
+    {"cli"},
+]
+
+
+def room(module: str) -> str:
+    return module.split(".")[1] if module.count(".") else module
+
+
+def test_every_room_has_a_layer():
+    rooms = {room(name) for name in import_graph() if name != "hybridrl"}
+    placed = set().union(*LAYERS)
+    assert rooms == placed, (
+        f"rooms without a layer: {sorted(rooms - placed)}; layers naming no room: {sorted(placed - rooms)}"
+    )
+
+
+def test_no_arrow_runs_back_up():
+    layer = {name: i for i, rooms in enumerate(LAYERS) for name in rooms}
+    upward = sorted(
+        f"{src} -> {dst}"
+        for src, targets in import_graph().items()
+        if src != "hybridrl"
+        for dst in targets
+        if dst != "hybridrl" and room(src) != room(dst) and layer[room(dst)] >= layer[room(src)]
+    )
+    assert not upward, f"imports that run up or sideways between rooms: {upward}"
+
+
+def test_one_place_defines_the_weights_version():
+    """The version the hand-over to generation compares is assigned in the training engine only."""
+    assigned = sorted(
+        str(path.relative_to(PACKAGE.parent))
+        for path in PACKAGE.rglob("*.py")
+        if "weights_version =" in path.read_text() or "weights_version +=" in path.read_text()
+    )
+    assert assigned == ["hybridrl/engine/base.py"], assigned

@@ -99,8 +99,8 @@ run_step probe "$(cap 20 230)" "$OUT/env.log" "$PY" "$HERE"/varlen_probe.py "${P
 
 # -- 2. the project's tests that touch CUDA (those marked gpu need Ray: collected only) --------------------
 CUDA_TESTS=()
-for f in tests/observability/perf/test_device_peak.py tests/observability/perf/test_utilization.py tests/parallel/test_dtypes.py \
-  tests/rollout/test_hf_engine.py tests/rollout/test_sglang_engine.py; do
+for f in tests/observability/perf/test_device_peak.py tests/observability/perf/test_utilization.py tests/engine/test_dtypes.py \
+  tests/generation/engines/test_hf.py tests/generation/engines/test_sglang.py; do
   if [ -f "$f" ]; then CUDA_TESTS+=("$f"); else echo "tests: $f is gone" >> "$OUT/tests.log"; fi
 done
 PYTEST_ARGS=(-p no:cacheprovider -q -rfEs)

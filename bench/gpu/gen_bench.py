@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import inspect
 import json
 import os
 import statistics
@@ -48,17 +47,6 @@ def log(msg: str) -> None:
 def sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize()
-
-
-def accepted(fn: Callable[..., Any], kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The keyword arguments ``fn`` takes (all of them when it takes **kwargs): signatures move."""
-    params = inspect.signature(fn).parameters
-    if any(p.kind == inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return kwargs
-    dropped = sorted(set(kwargs) - set(params))
-    if dropped:
-        log(f"{getattr(fn, '__qualname__', fn)} takes no {dropped}: left out")
-    return {k: v for k, v in kwargs.items() if k in params}
 
 
 def prompts(
@@ -100,8 +88,9 @@ def main() -> None:
     started = time.perf_counter()
     from transformers import AutoModelForCausalLM, GenerationConfig, Qwen2Config
 
-    from hybridrl.config.schema import RolloutConfig
-    from hybridrl.rollout.factory import build_rollout_engine
+    from hybridrl.config.schema import RolloutConfig, SamplingConfig
+    from hybridrl.generation.engines.base import EngineSite
+    from hybridrl.generation.engines.factory import build_rollout_engine
 
     device = torch.device(args.device)
     dtype = torch.bfloat16
@@ -158,7 +147,7 @@ def main() -> None:
             world_size=1,
             seed=0,
         )
-        engine = build_rollout_engine(RolloutConfig(), **accepted(build_rollout_engine, build_kwargs))
+        engine = build_rollout_engine(RolloutConfig(), EngineSite(**build_kwargs))
         engine.load_weights(source.named_parameters())
         sync(device)
         engine_model = getattr(engine, "model", None)
@@ -172,11 +161,10 @@ def main() -> None:
             "attn_implementation": getattr(getattr(engine_model, "config", None), "_attn_implementation", None),
         }
         log(f"model {result['model']}, engine {result['engine']}")
-        sampling = dict(do_sample=True, temperature=1.0, top_k=0, top_p=1.0)
+        sampling = SamplingConfig(do_sample=True, temperature=1.0, top_k=0, top_p=1.0)
 
         def run_engine(ids: torch.Tensor, mask: torch.Tensor, seed: int, new_tokens: int) -> int:
-            kwargs = accepted(engine.generate, dict(max_new_tokens=new_tokens, seed=seed, **sampling))
-            res = engine.generate(ids, mask, **kwargs)
+            res = engine.generate(ids, mask, max_new_tokens=new_tokens, sampling=sampling, seed=seed)
             return int(res["response_mask"].sum())
 
         def run_plain(ids: torch.Tensor, mask: torch.Tensor, seed: int, new_tokens: int) -> int:

@@ -1,6 +1,6 @@
 """GPU check, step train: a GRPO-style actor update through hybridrl's own actor role, against a plain PyTorch loop.
 
-One process (one rank of ``hybridrl.parallel.launch.run_ranks``: NCCL on a GPU, gloo on the CPU), one
+One process (one rank of ``hybridrl.testing.launch.run_ranks``: NCCL on a GPU, gloo on the CPU), one
 model with random weights written to a temporary directory, one ragged GRPO batch (U prompts x n samples,
 prompt and response lengths uniform in the given ranges). Paths, each built fresh, the previous one freed:
 
@@ -242,9 +242,9 @@ def run_project(
     args: argparse.Namespace, path: str, model_dir: str, batch: dict[str, torch.Tensor], device: torch.device, mesh: Any
 ) -> dict[str, Any]:
     from hybridrl.config.loader import load_config
+    from hybridrl.engine.context import WorkerContext
     from hybridrl.protocol import Batch
     from hybridrl.workers.actor_rollout import ActorRolloutRole
-    from hybridrl.workers.context import WorkerContext
 
     overrides = project_overrides(args, path)
     cfg = load_config(overrides)
@@ -289,7 +289,7 @@ def run_project(
     info["micro_batch_real_tokens"] = [int(mb.tensors["attention_mask"].sum()) for mb in micro]
     if getattr(engine, "share_prompts", False):
         try:
-            from hybridrl.parallel.prompt_sharing import prompt_groups
+            from hybridrl.engine.prompt_sharing import prompt_groups
 
             t = micro[0].tensors
             p = t["input_ids"].shape[1] - t["responses"].shape[1]
@@ -630,7 +630,7 @@ def main() -> None:
     parser.add_argument("--workdir", default=None)
     parser.add_argument("--profile-file", default=None, help="append torch.profiler tables there (or PROFILE_FILE)")
     args = parser.parse_args()
-    from hybridrl.parallel.launch import run_ranks
+    from hybridrl.testing.launch import run_ranks
 
     with tempfile.TemporaryDirectory() as tmp:
         args.workdir = args.workdir or tmp

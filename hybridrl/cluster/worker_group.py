@@ -23,9 +23,9 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from hybridrl.cluster.errors import PoolPlacementError, WorkerCallError, WorkerCallTimeout, WorkerStuckError
 from hybridrl.cluster.pools import PoolSpec
 from hybridrl.config.schema import Config
+from hybridrl.engine.context import DataLayout
 from hybridrl.observability.tracing import CallResult
 from hybridrl.protocol import Batch
-from hybridrl.workers.context import DataLayout
 from hybridrl.workers.worker import Worker
 
 logger = logging.getLogger(__name__)

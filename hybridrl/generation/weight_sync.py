@@ -26,9 +26,9 @@ import torch
 from hybridrl.generation.weight_channel import WeightChannel
 
 if TYPE_CHECKING:
-    from hybridrl.parallel.engine import TrainEngine
-    from hybridrl.parallel.offload import Offloader
-    from hybridrl.rollout.base import RolloutEngine
+    from hybridrl.engine.base import TrainEngine
+    from hybridrl.engine.offload import Offloader
+    from hybridrl.generation.engines.base import RolloutEngine
 
 #: A named, timed span (the worker's ``SpanRecorder.span``).
 Span = Callable[[str], contextlib.AbstractContextManager]

@@ -110,7 +110,7 @@ class DecoderStage(nn.Module):
     def forward(
         self, x: torch.Tensor, attention_mask: torch.Tensor | None = None, position_ids: torch.Tensor | None = None
     ) -> torch.Tensor:
-        """``attention_mask`` None: packed rows (``hybridrl.parallel.packing``), kept apart by their
+        """``attention_mask`` None: packed rows (``hybridrl.engine.packing``), kept apart by their
         ``position_ids``, which restart at 0 for each row."""
         assert position_ids is not None, "the stage needs position ids"
         backbone = self.parts.backbone

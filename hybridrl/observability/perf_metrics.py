@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import torch
 from transformers import AutoConfig
 
-from hybridrl.cluster.worker_group import WorkerGroup
 from hybridrl.config.choices import Precision
 from hybridrl.config.schema import Config
 from hybridrl.observability.perf.device_peak import mfu, peak_flops
@@ -52,17 +52,17 @@ class StepPerf:
             logger.info("MFU counts one generation per step; extra generation rounds are not counted.")
 
     @classmethod
-    def create(cls, cfg: Config, model_path: str, groups: list[WorkerGroup]) -> StepPerf:
+    def create(cls, cfg: Config, model_path: str, node_info: list[dict[str, Any]]) -> StepPerf:
+        """From the model's config and every worker's ``node_info`` (device type and name)."""
         model_config = AutoConfig.from_pretrained(
             model_path, trust_remote_code=cfg.actor_rollout_ref.model.trust_remote_code, local_files_only=True
         )
         dtype = torch.bfloat16 if cfg.actor_rollout_ref.actor.precision == Precision.bf16 else torch.float32
         peaks, sources = [], set()
-        for group in groups:
-            for info in group.node_info:
-                peak, source = peak_flops(info["device_type"], dtype, info.get("device_name"))
-                peaks.append(peak)
-                sources.add(source)
+        for info in node_info:
+            peak, source = peak_flops(info["device_type"], dtype, info.get("device_name"))
+            peaks.append(peak)
+            sources.add(source)
         perf = cls(cfg, FlopsModel.from_hf_config(model_config), peaks, ",".join(sorted(sources)))
         logger.info(
             "MFU: the model's %s; peak %.1f TFLOP/s over %d workers (%s)",

@@ -25,7 +25,7 @@ from hybridrl.config.loader import load_config
 from hybridrl.config.ranges import check_ranges
 from hybridrl.config.schema import Config, TrainedRoleConfig
 from hybridrl.data.tasks import TASKS, make_task
-from hybridrl.parallel.layout import megatron_fit_errors
+from hybridrl.engine.megatron.layout import megatron_fit_errors
 from hybridrl.preflight.paths import check_paths
 
 logger = logging.getLogger(__name__)

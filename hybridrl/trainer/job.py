@@ -38,6 +38,7 @@ from hybridrl.observability.tracking.breakdown import format_breakdown
 from hybridrl.observability.tracking.tracker import read_rows
 from hybridrl.rewards.registry import REWARD_FNS
 from hybridrl.rewards.scorer import RewardScorer
+from hybridrl.trainer.checkpointing import Checkpointing
 from hybridrl.trainer.ppo_trainer import PPOTrainer
 from hybridrl.trainer.rewarding import RewardStep
 from hybridrl.trainer.run_lock import hold_run_lock
@@ -299,7 +300,7 @@ def _train_leg(parts: RunParts, resume_from: Path | None, restarts: int) -> tupl
             cleanup.callback(group.shutdown)
         roles: RoleClients = make_clients(groups)
         record_placement(groups, output_dir)
-        perf = StepPerf.create(cfg, parts.model_path, groups)
+        perf = StepPerf.create(cfg, parts.model_path, [info for group in groups for info in group.node_info])
         state = resume(cfg, resume_from, groups)
         start_step = int(state["step"]) if state else 0
         parts.record.begin_leg(start_step)
@@ -314,16 +315,18 @@ def _train_leg(parts: RunParts, resume_from: Path | None, restarts: int) -> tupl
             roles,
             parts.dataset,
             tracker,
-            parts.monitor,
-            perf,
-            parts.checkpoints if cfg.trainer.save_freq > 0 else None,
-            reward=RewardStep(
+            RewardStep(
                 cfg.reward_model,
                 parts.scorer,
                 roles.reward_model,
                 reward_fn_key=cfg.data.reward_fn_key,
                 max_response_length=cfg.data.max_response_length,
             ),
+            monitor=parts.monitor,
+            perf=perf,
+            checkpointing=Checkpointing(parts.checkpoints, roles.groups(), cfg.trainer)
+            if cfg.trainer.save_freq > 0
+            else None,
             val_dataset=parts.val_dataset,
             output_dir=output_dir,
             restarts=restarts,

@@ -20,9 +20,8 @@ from hybridrl.algorithms.advantages import get_adv_estimator
 from hybridrl.algorithms.filtering import groups_with_signal
 from hybridrl.algorithms.kl_control import apply_kl_penalty, make_kl_controller
 from hybridrl.algorithms.rollout_correction import rollout_is_weights, rollout_probs_diff
-from hybridrl.checkpoint.manager import CheckpointError, CheckpointManager
 from hybridrl.checkpoint.shards import rng_state
-from hybridrl.cluster.errors import WorkerCallError, system_failure
+from hybridrl.cluster.errors import system_failure
 from hybridrl.cluster.ray_cluster import object_store_stats
 from hybridrl.cluster.role_clients import (
     ActorRolloutClient,
@@ -33,15 +32,15 @@ from hybridrl.cluster.role_clients import (
 )
 from hybridrl.config.schema import Config
 from hybridrl.data.dataset import EpochSampler, PromptDataset
+from hybridrl.data.partition import balanced_group_partition, balanced_partition, token_imbalance
 from hybridrl.observability.metrics import data_metrics, throughput_metrics
 from hybridrl.observability.monitor import RunMonitor
 from hybridrl.observability.perf_metrics import StepPerf
 from hybridrl.observability.tracking.breakdown import format_breakdown
 from hybridrl.observability.tracking.tracker import Tracker
-from hybridrl.parallel.partition import balanced_group_partition, balanced_partition, token_imbalance
 from hybridrl.protocol import Batch
-from hybridrl.rewards.scorer import RewardScorer
 from hybridrl.seeds import rollout_seed, step_seed
+from hybridrl.trainer.checkpointing import Checkpointing
 from hybridrl.trainer.old_log_probs import OldLogProbs, old_log_prob_source
 from hybridrl.trainer.rewarding import RewardStep
 from hybridrl.trainer.rollout_pool import Prefetched, SeparateRollout
@@ -74,10 +73,11 @@ class PPOTrainer:
         roles: RoleClients,
         dataset: PromptDataset,
         tracker: Tracker,
+        reward: RewardStep,
+        *,
         monitor: RunMonitor | None = None,
         perf: StepPerf | None = None,
-        checkpoints: CheckpointManager | None = None,
-        reward: RewardStep | None = None,
+        checkpointing: Checkpointing | None = None,
         val_dataset: PromptDataset | None = None,
         output_dir: Path | None = None,
         restarts: int = 0,
@@ -89,15 +89,8 @@ class PPOTrainer:
         self.val_dataset = val_dataset
         self.output_dir = output_dir
         self._update_started = False
-        self._last_saved = 0
-        self.reward = reward or RewardStep(
-            cfg.reward_model,
-            RewardScorer.from_config(cfg),
-            roles.reward_model,
-            reward_fn_key=cfg.data.reward_fn_key,
-            max_response_length=cfg.data.max_response_length,
-        )
-        self.checkpoints = checkpoints  # a CheckpointManager, or None for no checkpoints
+        self.reward = reward
+        self.checkpointing = checkpointing  # None: no checkpoints (trainer.save_freq=-1)
         self.monitor = monitor or RunMonitor()
         self.perf = perf
         self.roles = roles
@@ -397,52 +390,14 @@ class PPOTrainer:
         version, rng, gauss = state["driver_rng"]["python"]
         random.setstate((version, tuple(rng), gauss))
 
-    def save_checkpoint(self, step: int, state: dict[str, Any] | None = None) -> None:
-        """Every group's shards plus the driver's ``state`` (now, by default) as step ``step``."""
-        assert self.checkpoints is not None, "checkpoints are off (trainer.save_freq=-1)"
-        try:
-            tmp = self.checkpoints.begin(step)
-        except OSError as exc:
-            raise self._write_failed(step, exc) from exc
-        try:
-            for group in self.roles.groups():
-                group.save_checkpoint(str(tmp))
-            self.checkpoints.commit(tmp, step, state if state is not None else self.state_dict())
-            self._last_saved = step
-        except BaseException as exc:
-            self.checkpoints.abort(tmp)  # the previous checkpoint stays the latest
-            if isinstance(exc, OSError) or (isinstance(exc, WorkerCallError) and not exc.system):
-                raise self._write_failed(step, exc) from exc
-            raise
-
-    def _write_failed(self, step: int, exc: BaseException) -> CheckpointError:
-        """A disk that is full, read-only or gone: say where, and what the run can resume from."""
-        assert self.checkpoints is not None
-        kept = self.checkpoints.latest()
-        return CheckpointError(
-            f"Writing the step {step} checkpoint under {self.checkpoints.root} failed ({exc}); free space or fix "
-            f"the permissions there. "
-            + (
-                f"The latest complete checkpoint, {kept}, is intact: rerun the same command to resume from it."
-                if kept is not None
-                else "There is no earlier checkpoint: the run starts over when rerun."
-            )
-        )
-
-    def _save_before_failure(self, step: int, state_before: dict[str, Any]) -> None:
-        """A step failed before any update (e.g. a reward function raised): the workers still hold the
-        weights of step - 1, so checkpoint them unless that step is already saved."""
-        if self.checkpoints is None or self._update_started or step - 1 <= self._last_saved:
-            return
-        try:
-            self.save_checkpoint(step - 1, state_before)
-            logger.error("Step %d failed before updating; saved step %d so the run can resume from it.", step, step - 1)
-        except Exception as exc:  # the original failure is what the user must see
-            logger.error("Could not save a checkpoint after the failure: %s", exc)
+    def save_checkpoint(self, step: int) -> None:
+        assert self.checkpointing is not None, "checkpoints are off (trainer.save_freq=-1)"
+        self.checkpointing.save(step, self.state_dict())
 
     def fit(self, start_step: int = 0) -> list[dict[str, float]]:
         trainer_cfg = self.cfg.trainer
-        self._last_saved = start_step
+        if self.checkpointing is not None:
+            self.checkpointing.last_saved = start_step
         state_before = self.state_dict()
         if trainer_cfg.val_before_train and self.val_dataset is not None and start_step == 0:
             val = self.validate(0)
@@ -450,17 +405,14 @@ class PPOTrainer:
             self.tracker.log(val, 0)
         for step in range(start_step + 1, trainer_cfg.total_steps + 1):
             last = step == trainer_cfg.total_steps
-            save = (
-                self.checkpoints is not None
-                and trainer_cfg.save_freq > 0
-                and (last or step % trainer_cfg.save_freq == 0)
-            )
+            save = self.checkpointing is not None and self.checkpointing.due(step)
             validate = trainer_cfg.test_freq > 0 and (last or step % trainer_cfg.test_freq == 0)
             try:
                 metrics = self.step(step, save_checkpoint=save, validate=validate)
             except Exception as exc:
-                if not system_failure(exc):  # a dead or stuck rank cannot save; the first error must be its
-                    self._save_before_failure(step, state_before)
+                # A dead or stuck rank cannot save; after an update the workers no longer hold step - 1.
+                if self.checkpointing is not None and not system_failure(exc) and not self._update_started:
+                    self.checkpointing.save_before_failure(step, state_before)
                 raise
             state_before = self.state_dict()
             if trainer_cfg.cluster_stats_interval and step % trainer_cfg.cluster_stats_interval == 0:

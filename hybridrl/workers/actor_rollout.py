@@ -13,6 +13,11 @@ from hybridrl.algorithms.roles import ROLE_SECTIONS, active_roles
 from hybridrl.algorithms.token_logprobs import TokenScoring
 from hybridrl.config.choices import Precision
 from hybridrl.config.schema import ActorConfig, Config, ModelConfig, RolloutConfig
+from hybridrl.engine.context import DataLayout, WorkerContext
+from hybridrl.engine.dtypes import rollout_dtype, weights_dtype
+from hybridrl.engine.packing import ModelOutput
+from hybridrl.generation.engines.base import RolloutEngine
+from hybridrl.generation.generation import Generation, open_channel
 from hybridrl.generation.weight_sync import WeightSender
 from hybridrl.models.loader import (
     attention_implementation,
@@ -21,13 +26,9 @@ from hybridrl.models.loader import (
     enable_activation_checkpointing,
     load_tokenizer,
 )
-from hybridrl.parallel.dtypes import rollout_dtype, weights_dtype
-from hybridrl.parallel.packing import ModelOutput
 from hybridrl.protocol import Batch
-from hybridrl.rollout.base import RolloutEngine
-from hybridrl.workers.context import DataLayout, EngineRole, WorkerContext, build_engine
+from hybridrl.workers.context import EngineRole, build_engine
 from hybridrl.workers.forward import MicroBatching, forward_rows, ppo_update, response_log_probs
-from hybridrl.workers.generation import Generation, open_channel
 
 logger = logging.getLogger(__name__)
 

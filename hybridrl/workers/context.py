@@ -1,41 +1,17 @@
-"""What every role on a worker shares: its place in the group (``WorkerContext``), and the contract a role
-keeps with the driver (``Role``: which rows each rank gets for a method, as a named ``DataLayout``)."""
+"""The contract a role keeps with the driver (``Role``: which rows each rank gets for a method, as a
+``DataLayout``) and the roles built on a training engine (``EngineRole``, ``build_engine``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol
-
-import torch
+from typing import Any, Protocol
 
 from hybridrl.config.schema import RewardModelConfig, TrainedRoleConfig
+from hybridrl.engine.base import TrainEngine
+from hybridrl.engine.context import DataLayout, WorkerContext
+from hybridrl.engine.factory import make_engine
+from hybridrl.engine.lr_schedule import LRSchedule
+from hybridrl.engine.offload import Offloader
 from hybridrl.models.weights import WeightSource
-from hybridrl.observability.tracing import SpanRecorder
-from hybridrl.parallel.engine import TrainEngine
-from hybridrl.parallel.factory import make_engine
-from hybridrl.parallel.lr_schedule import LRSchedule
-from hybridrl.parallel.offload import Offloader
-
-
-@dataclass
-class WorkerContext:
-    rank: int
-    world_size: int
-    device: torch.device
-    mesh: Any
-    model_path: str
-    tokenizer_path: str
-    recorder: SpanRecorder = field(default_factory=SpanRecorder)
-    ranks_per_node: int | None = None  # ranks of this group on this rank's node (HYBRID_SHARD's default group)
-
-
-class DataLayout(NamedTuple):
-    """Which rows one rank gets for a method. Ranks of one data-parallel replica (tensor-parallel peers,
-    pipeline stages) get the same rows; one of them (``collects``) reports the replica's result back."""
-
-    replica: int
-    replicas: int
-    collects: bool
 
 
 class Role(Protocol):

@@ -8,12 +8,13 @@ from hybridrl.algorithms.losses import compute_value_loss
 from hybridrl.algorithms.roles import ROLE_SECTIONS
 from hybridrl.algorithms.utils import masked_mean
 from hybridrl.config.schema import Config, CriticConfig
+from hybridrl.engine.context import WorkerContext
+from hybridrl.engine.dtypes import weights_dtype
+from hybridrl.engine.packing import ModelOutput
 from hybridrl.models.loader import attention_implementation, empty_value_model, enable_activation_checkpointing
-from hybridrl.parallel.dtypes import weights_dtype
-from hybridrl.parallel.packing import ModelOutput
 from hybridrl.protocol import Batch
 from hybridrl.seeds import critic_update_seed
-from hybridrl.workers.context import EngineRole, WorkerContext, build_engine
+from hybridrl.workers.context import EngineRole, build_engine
 from hybridrl.workers.forward import MicroBatching, forward_rows, ppo_update, response_values
 
 

@@ -11,9 +11,9 @@ import torch
 from hybridrl.algorithms.losses import loss_units
 from hybridrl.algorithms.token_logprobs import TokenScores, TokenScoring, token_log_probs
 from hybridrl.config.schema import TrainedRoleConfig
-from hybridrl.parallel.engine import TrainEngine
-from hybridrl.parallel.packing import ModelOutput, PackedOutput
-from hybridrl.parallel.partition import balanced_partition, micro_batch_count
+from hybridrl.data.partition import balanced_partition, micro_batch_count
+from hybridrl.engine.base import TrainEngine
+from hybridrl.engine.packing import ModelOutput, PackedOutput
 from hybridrl.protocol import Batch
 
 LossFn = Callable[[ModelOutput, Batch], tuple[torch.Tensor, dict[str, float]]]

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from hybridrl.algorithms.token_logprobs import TokenScoring
 from hybridrl.config.schema import ActorConfig, Config, RefConfig
+from hybridrl.engine.context import WorkerContext
+from hybridrl.engine.dtypes import weights_dtype
 from hybridrl.models.loader import attention_implementation, empty_causal_lm
-from hybridrl.parallel.dtypes import weights_dtype
 from hybridrl.protocol import Batch
-from hybridrl.workers.context import EngineRole, WorkerContext, build_engine
+from hybridrl.workers.context import EngineRole, build_engine
 from hybridrl.workers.forward import MicroBatching, forward_rows, response_log_probs
 
 

@@ -21,12 +21,13 @@ import torch
 import torch.distributed as dist
 
 from hybridrl.config.schema import Config, RewardModelConfig
+from hybridrl.engine.context import WorkerContext
+from hybridrl.engine.dtypes import weights_dtype
+from hybridrl.engine.packing import pack_rows
+from hybridrl.generation.engines.base import position_ids_from
 from hybridrl.models.reward_model import empty_reward_model
-from hybridrl.parallel.dtypes import weights_dtype
-from hybridrl.parallel.packing import pack_rows
 from hybridrl.protocol import Batch
-from hybridrl.rollout.base import position_ids_from
-from hybridrl.workers.context import EngineRole, WorkerContext, build_engine
+from hybridrl.workers.context import EngineRole, build_engine
 from hybridrl.workers.forward import MicroBatching
 
 

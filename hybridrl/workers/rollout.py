@@ -8,11 +8,11 @@ has them generate the next step's rollouts while the actor trains on this step's
 from __future__ import annotations
 
 from hybridrl.config.schema import Config
+from hybridrl.engine.context import DataLayout, WorkerContext
+from hybridrl.engine.dtypes import rollout_dtype
+from hybridrl.generation.generation import Generation, open_channel
 from hybridrl.generation.weight_sync import WeightReceiver
-from hybridrl.parallel.dtypes import rollout_dtype
 from hybridrl.protocol import Batch
-from hybridrl.workers.context import DataLayout, WorkerContext
-from hybridrl.workers.generation import Generation, open_channel
 
 
 class RolloutRole:

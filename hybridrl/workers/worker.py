@@ -22,16 +22,17 @@ from hybridrl.checkpoint.dcp_io import load_engine, save_engine
 from hybridrl.checkpoint.shards import load_rng, save_rng
 from hybridrl.config.choices import Device
 from hybridrl.config.schema import Config
+from hybridrl.engine import dist as hdist
+from hybridrl.engine.context import DataLayout, WorkerContext
 from hybridrl.logging_utils import quiet_libraries
 from hybridrl.observability.perf.utilization import ProcessSampler
 from hybridrl.observability.tracing import CallResult, Span, SpanRecorder, synchronize
-from hybridrl.parallel import dist as hdist
-from hybridrl.parallel.host_memory import return_freed_memory, trim_freed_memory
 from hybridrl.protocol import Batch
 from hybridrl.workers.actor_rollout import ActorRolloutRole
-from hybridrl.workers.context import DataLayout, EngineRole, Role, WorkerContext
+from hybridrl.workers.context import EngineRole, Role
 from hybridrl.workers.critic import CriticRole
 from hybridrl.workers.heartbeat import start_heartbeat
+from hybridrl.workers.host_memory import return_freed_memory, trim_freed_memory
 from hybridrl.workers.ref import RefRole
 from hybridrl.workers.reward_model import RewardModelRole
 from hybridrl.workers.rollout import RolloutRole

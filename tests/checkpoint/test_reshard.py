@@ -24,11 +24,11 @@ from hybridrl.checkpoint.export import export_actor
 from hybridrl.checkpoint.manager import STATE
 from hybridrl.checkpoint.shards import save_engine_shard
 from hybridrl.config.loader import load_config
+from hybridrl.engine.base import TrainEngine
+from hybridrl.engine.factory import make_engine
 from hybridrl.models.loader import load_causal_lm
-from hybridrl.parallel.engine import TrainEngine
-from hybridrl.parallel.factory import make_engine
-from hybridrl.parallel.launch import run_ranks
 from hybridrl.protocol import Batch
+from hybridrl.testing.launch import run_ranks
 from tests.tiny_models import tiny as tiny_model
 
 B, T, STEPS = 8, 6, 2  # sequences, tokens, optimizer steps before and after the checkpoint

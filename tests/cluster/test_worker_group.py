@@ -12,10 +12,10 @@ from hybridrl.cluster.pools import PoolSpec
 from hybridrl.cluster.role_clients import colocated_passes, make_clients, run_forward_passes
 from hybridrl.cluster.worker_group import WorkerGroup
 from hybridrl.config.loader import load_config
+from hybridrl.engine.context import DataLayout
 from hybridrl.models.tiny import build_tokenizer, ensure_tiny_model
 from hybridrl.observability.monitor import RunMonitor
 from hybridrl.protocol import Batch
-from hybridrl.workers.context import DataLayout
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 

@@ -9,10 +9,10 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from hybridrl.config.loader import load_config
+from hybridrl.engine.dist import free_port
 from hybridrl.generation.weight_channel import WeightChannel
-from hybridrl.parallel.dist import free_port
-from hybridrl.parallel.launch import run_ranks
-from tests.parallel.test_fsdp_parity import make_batch, overrides
+from hybridrl.testing.launch import run_ranks
+from tests.engine.test_fsdp_parity import make_batch, overrides
 from tests.tiny_models import tiny
 
 TENSORS = {
@@ -54,8 +54,8 @@ ROLLOUT_POOL = ("+resource_pool.pools.rollout_pool.GPU=1", "+resource_pool.mappi
 def send_on_rank(rank: int, world_size: int, model_path: str, port: int, out: str) -> None:
     from torch.distributed.device_mesh import init_device_mesh
 
+    from hybridrl.engine.context import WorkerContext
     from hybridrl.workers.actor_rollout import ActorRolloutRole
-    from hybridrl.workers.context import WorkerContext
 
     cfg = load_config(overrides(world_size, "FULL_SHARD", ROLLOUT_POOL))
     ctx = WorkerContext(
@@ -74,8 +74,8 @@ def send_on_rank(rank: int, world_size: int, model_path: str, port: int, out: st
 
 
 def receive_in_process(model_path: str, port: int, out: str) -> None:
+    from hybridrl.engine.context import WorkerContext
     from hybridrl.protocol import Batch
-    from hybridrl.workers.context import WorkerContext
     from hybridrl.workers.rollout import RolloutRole
 
     cfg = load_config(overrides(2, "FULL_SHARD", ROLLOUT_POOL))

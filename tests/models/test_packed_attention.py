@@ -10,11 +10,11 @@ import torch.nn.functional as F
 import transformers.masking_utils as masking
 from transformers import AutoModelForCausalLM
 
+from hybridrl.engine.packing import pack_rows
 from hybridrl.models import packed_attention
 from hybridrl.models.loader import attention_implementation
 from hybridrl.models.packed_attention import PACKED_ATTENTION, Documents, packed_documents
-from hybridrl.parallel.packing import pack_rows
-from tests.parallel.test_megatron_parity import make_batch
+from tests.engine.test_megatron_parity import make_batch
 from tests.tiny_models import tiny
 
 

@@ -10,7 +10,7 @@ from hybridrl.config.loader import load_config
 from hybridrl.models.loader import empty_causal_lm, empty_value_model, load_causal_lm, load_value_model
 from hybridrl.models.reward_model import build_tiny_reward_model, empty_reward_model, load_reward_model
 from hybridrl.models.weights import load_weights, materialize
-from hybridrl.parallel.launch import run_ranks
+from hybridrl.testing.launch import run_ranks
 from tests.tiny_models import tiny
 
 LAYOUTS = {
@@ -47,7 +47,7 @@ def tied_model(directory: str) -> str:
 def load_on_rank(rank: int, world_size: int, paths: dict[str, str], out_dir: str) -> None:
     from torch.distributed.device_mesh import init_device_mesh
 
-    from hybridrl.parallel.factory import make_engine
+    from hybridrl.engine.factory import make_engine
 
     mesh = init_device_mesh("cpu", (world_size,))
     device = torch.device("cpu")

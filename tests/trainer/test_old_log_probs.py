@@ -6,8 +6,8 @@ from __future__ import annotations
 import torch
 
 from hybridrl.config.loader import load_config
-from hybridrl.parallel.launch import run_ranks
 from hybridrl.protocol import Batch
+from hybridrl.testing.launch import run_ranks
 from hybridrl.trainer.old_log_probs import OldLogProbs, old_log_prob_source
 from tests.tiny_models import tiny
 
@@ -36,8 +36,8 @@ def test_the_cheapest_source_that_gives_the_same_numbers_is_chosen():
 def engine_log_probs_on_rank(rank: int, world_size: int, model_path: str, out: str) -> None:
     from torch.distributed.device_mesh import init_device_mesh
 
+    from hybridrl.engine.context import WorkerContext
     from hybridrl.workers.actor_rollout import ActorRolloutRole
-    from hybridrl.workers.context import WorkerContext
 
     ctx = WorkerContext(rank, world_size, torch.device("cpu"), init_device_mesh("cpu", (1,)), model_path, model_path)
     results = {}

@@ -1,5 +1,5 @@
 """Generation on a rollout pool of its own, overlapped with training (one step off-policy): the default
-run learns its task in the default run's steps (the hand-over itself: tests/parallel/test_weight_channel.py)."""
+run learns its task in the default run's steps (the hand-over itself: tests/generation/test_weight_channel.py)."""
 
 from __future__ import annotations
 

@@ -8,9 +8,9 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from hybridrl.config.loader import load_config
-from hybridrl.parallel.launch import run_ranks
 from hybridrl.protocol import Batch
-from tests.parallel.test_megatron_parity import R, make_batch, megatron, overrides
+from hybridrl.testing.launch import run_ranks
+from tests.engine.test_megatron_parity import R, make_batch, megatron, overrides
 from tests.tiny_models import tiny
 
 
@@ -33,8 +33,8 @@ def update_on_rank(
 ) -> None:
     from torch.distributed.device_mesh import init_device_mesh
 
+    from hybridrl.engine.context import WorkerContext
     from hybridrl.workers.actor_rollout import ActorRolloutRole
-    from hybridrl.workers.context import WorkerContext
 
     torch.manual_seed(0)
     cfg = load_config(

@@ -8,9 +8,9 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from hybridrl.config.loader import load_config
-from hybridrl.parallel.launch import run_ranks
+from hybridrl.testing.launch import run_ranks
 from hybridrl.trainer.old_log_probs import old_log_prob_pass_needed
-from tests.parallel.test_fsdp_parity import make_batch, overrides
+from tests.engine.test_fsdp_parity import make_batch, overrides
 from tests.tiny_models import tiny
 
 ON_POLICY = ("actor_rollout_ref.actor.ppo_epochs=1",)  # overrides() already give one mini-batch per step
@@ -20,8 +20,8 @@ FORWARD = ["input_ids", "attention_mask", "position_ids", "responses", "response
 def update_on_rank(rank: int, world_size: int, model_path: str, out_dir: str) -> None:
     from torch.distributed.device_mesh import init_device_mesh
 
+    from hybridrl.engine.context import WorkerContext
     from hybridrl.workers.actor_rollout import ActorRolloutRole
-    from hybridrl.workers.context import WorkerContext
 
     cfg = load_config(overrides(world_size, "FULL_SHARD", ON_POLICY))
     ctx = WorkerContext(

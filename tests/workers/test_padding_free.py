@@ -9,10 +9,10 @@ import torch
 from safetensors.torch import load_file
 
 from hybridrl.config.errors import ConfigError
-from hybridrl.parallel.launch import run_ranks
 from hybridrl.preflight.checks import load_and_check
-from tests.parallel.test_fsdp_parity import _close
-from tests.parallel.test_megatron_parity import make_batch, megatron, train_on_rank
+from hybridrl.testing.launch import run_ranks
+from tests.engine.test_fsdp_parity import _close
+from tests.engine.test_megatron_parity import make_batch, megatron, train_on_rank
 from tests.tiny_models import tiny
 
 VALUES = ("critic.model.value_head_init_std=0.1",)  # non-zero values from the start: the value path counts

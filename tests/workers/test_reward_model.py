@@ -7,8 +7,8 @@ import torch
 
 from hybridrl.config.schema import RewardModelConfig, RewardModelModelConfig
 from hybridrl.models.reward_model import build_tiny_reward_model, load_reward_model
-from hybridrl.parallel.launch import run_ranks
 from hybridrl.protocol import Batch
+from hybridrl.testing.launch import run_ranks
 
 # Different lengths (in characters = tokens of the tiny tokenizer), so micro-batches get padded.
 PROMPTS = ["12+34=", "7-3=", "100+200=", "5=", "9+9=", "31-4=", "2+2=", "123456+654321="]
@@ -46,7 +46,7 @@ def plain_score(model, tokenizer, text: str | None = None, ids: list[int] | None
 def score_on_rank(rank: int, world_size: int, path: str, out: str, packed: bool = False) -> None:
     from torch.distributed.device_mesh import init_device_mesh
 
-    from hybridrl.workers.context import WorkerContext
+    from hybridrl.engine.context import WorkerContext
     from hybridrl.workers.reward_model import RewardModelRole
 
     mesh = init_device_mesh("cpu", (world_size,))
@@ -153,7 +153,7 @@ def test_missing_path_names_it(tmp_path):
     with pytest.raises(FileNotFoundError, match="no_such_rm"):
         load_reward_model(str(missing))
 
-    from hybridrl.workers.context import WorkerContext
+    from hybridrl.engine.context import WorkerContext
     from hybridrl.workers.reward_model import RewardModelRole
 
     ctx = WorkerContext(0, 1, torch.device("cpu"), None, "", "")
@@ -164,7 +164,7 @@ def test_missing_path_names_it(tmp_path):
 
 
 def test_tokenizer_path_override_is_checked(rm_path, tmp_path):
-    from hybridrl.workers.context import WorkerContext
+    from hybridrl.engine.context import WorkerContext
     from hybridrl.workers.reward_model import RewardModelRole
 
     ctx = WorkerContext(0, 1, torch.device("cpu"), None, "", "")

@@ -6,17 +6,17 @@ from __future__ import annotations
 import torch
 
 from hybridrl.config.loader import load_config
-from hybridrl.parallel.launch import run_ranks
 from hybridrl.protocol import Batch
-from tests.parallel.test_fsdp_parity import make_batch, overrides
+from hybridrl.testing.launch import run_ranks
+from tests.engine.test_fsdp_parity import make_batch, overrides
 from tests.tiny_models import tiny
 
 
 def handover_on_rank(rank: int, world_size: int, model_path: str, rollout_dtype: str) -> None:
     from torch.distributed.device_mesh import init_device_mesh
 
+    from hybridrl.engine.context import WorkerContext
     from hybridrl.workers.actor_rollout import ActorRolloutRole
-    from hybridrl.workers.context import WorkerContext
 
     torch.manual_seed(0)
     cfg = load_config(overrides(world_size, "FULL_SHARD", (f"actor_rollout_ref.rollout.dtype={rollout_dtype}",)))

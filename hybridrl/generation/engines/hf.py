@@ -1,0 +1,225 @@
+"""Generation with Hugging Face ``generate`` on an unsharded copy of the actor's weights.
+
+FSDP-sharded modules all-gather inside every forward, so ranks that stop generating at different
+times would deadlock; generating on a plain module after an explicit, timed weight hand-over keeps
+ranks independent during rollout (the same reason verl hands weights to vLLM).
+
+The dependency-free default engine: no paged KV cache and no continuous batching, so a rank's rows go
+through ``generate`` in chunks of at most ``max_tokens_per_generate`` prompt+response tokens, which
+bounds the KV cache one call holds (an inference engine schedules that itself).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+from transformers import DynamicCache, LogitsProcessor, LogitsProcessorList, PreTrainedModel
+
+from hybridrl.config.schema import SamplingConfig
+from hybridrl.engine.base import state_digest
+from hybridrl.engine.offload import HOST, move_module
+from hybridrl.engine.prompt_sharing import prompt_groups
+from hybridrl.generation.engines.base import rollout_batch
+from hybridrl.models.loader import cache_keyword
+from hybridrl.models.weights import materialize
+
+
+class _SampledLogProbs(LogitsProcessor):
+    """Records the log-probability of each sampled token under the temperature-scaled distribution
+    (the one the trainer scores with): per step one (B,) log-normaliser, and the step's logits kept by
+    reference (never copied) until the next step says which token was sampled from them.
+
+    ``generate`` runs custom processors before its temperature/top-k/top-p warpers, which return new
+    tensors, so ``scores`` here are the model's logits and stay unchanged; the token sampled from step t's
+    scores is the last input id at step t+1. A full (B, V) log-softmax per step cost 10-15% of a decode
+    step at a 152k vocabulary on CPU."""
+
+    def __init__(self, temperature: float) -> None:
+        self.temperature = temperature
+        self.last: tuple[torch.Tensor, torch.Tensor] | None = None  # (B, V) logits, (B,) log-normaliser
+        self.columns: list[torch.Tensor] = []
+
+    def _take(self, tokens: torch.Tensor) -> None:
+        if self.last is not None:
+            scores, normaliser = self.last
+            picked = scores.gather(1, tokens[:, None]).squeeze(1).float()
+            self.columns.append(picked / self.temperature - normaliser)
+            self.last = None
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        self._take(input_ids[:, -1])
+        scaled = scores.float() if self.temperature == 1.0 else scores.float() / self.temperature
+        self.last = (scores, torch.logsumexp(scaled, dim=-1))
+        return scores
+
+    def finish(self, responses: torch.Tensor) -> torch.Tensor:
+        """(B, R) log-probs of ``responses``, the tokens generated."""
+        self._take(responses[:, -1])
+        return (
+            torch.stack(self.columns, dim=1)
+            if self.columns
+            else responses.new_zeros(responses.shape, dtype=torch.float)
+        )
+
+
+class HFRolloutEngine:
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        pad_token_id: int,
+        eos_token_id: int | list[int] | None,
+        *,
+        free_cache: bool = False,
+        max_tokens_per_generate: int | None = None,
+    ) -> None:
+        """``free_cache``: move the weights to host memory between rollouts (only where the model lives on
+        an accelerator: on the host there is nothing to free). ``max_tokens_per_generate``: prompt +
+        response tokens of the rows one ``generate`` call holds (None = every row at once)."""
+        self.model = model.eval()
+        self.model.requires_grad_(False)
+        self.pad_token_id = pad_token_id
+        self.eos_token_id = eos_token_id
+        self.device = next(model.parameters()).device
+        self.free_cache = free_cache and self.device != HOST
+        self.max_tokens_per_generate = max_tokens_per_generate
+        self.released = False
+
+    @torch.no_grad()
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Copy each ``(name, tensor)`` into the model as it arrives (cast to the model's dtype), so the
+        sender can free it at once; every parameter must arrive, and no unknown name."""
+        targets = dict(self.model.state_dict(keep_vars=True))
+        params = {name for name, _ in self.model.named_parameters()}  # a tied weight under its first name
+        unexpected = []
+        for name, tensor in weights:
+            target = targets.get(name)
+            if target is None:
+                unexpected.append(name)
+                continue
+            target.data.copy_(tensor)
+            params.discard(name)
+        if unexpected or params:
+            raise RuntimeError(
+                f"Weight hand-over mismatch: the trainer sent unknown {sorted(unexpected)[:4]} and did not "
+                f"send {sorted(params)[:4]}: the training and generation models differ."
+            )
+
+    def release(self) -> None:
+        """Free the engine's device memory until ``resume`` (its weights wait in host memory)."""
+        if self.free_cache and not self.released:
+            move_module(self.model, HOST)
+            torch.cuda.empty_cache()
+            self.released = True
+
+    def resume(self, keep_weights: bool = True) -> None:
+        """Back on the device; ``keep_weights=False`` (a hand-over follows) allocates without copying."""
+        if self.released:
+            if keep_weights:
+                move_module(self.model, self.device)
+            else:
+                materialize(self.model, self.device)
+            self.released = False
+
+    def weights_digest(self) -> str:
+        return state_digest(self.model.state_dict())
+
+    def rows_per_call(self, prompt_len: int, max_new_tokens: int, rows: int) -> int:
+        if self.max_tokens_per_generate is None:
+            return max(rows, 1)
+        return max(1, self.max_tokens_per_generate // (prompt_len + max_new_tokens))
+
+    @torch.no_grad()
+    def generate(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        *,
+        max_new_tokens: int,
+        sampling: SamplingConfig,
+        seed: int,
+    ) -> dict[str, torch.Tensor]:
+        """Sample responses for left-padded prompts; outputs are padded to ``max_new_tokens``."""
+        # input_ids, attention_mask: (B, P)
+        step = self.rows_per_call(input_ids.shape[1], max_new_tokens, input_ids.shape[0])
+        top_k = sampling.top_k if sampling.top_k > 0 else None
+        kwargs = (
+            dict(do_sample=True, temperature=sampling.temperature, top_k=top_k, top_p=sampling.top_p)
+            if sampling.do_sample
+            else dict(do_sample=False, temperature=None, top_k=None, top_p=None)
+        )
+        generator_state = torch.random.get_rng_state()
+        torch.manual_seed(seed)
+        try:
+            parts = [
+                self._generate_rows(
+                    input_ids[i : i + step], attention_mask[i : i + step], max_new_tokens, sampling.temperature, kwargs
+                )
+                for i in range(0, input_ids.shape[0], step)
+            ]
+        finally:
+            torch.random.set_rng_state(generator_state)
+        responses = torch.cat([p[0] for p in parts])  # (B, R)
+        log_probs = torch.cat([p[1] for p in parts])  # (B, R)
+        return rollout_batch(
+            input_ids,
+            attention_mask,
+            responses,
+            log_probs,
+            eos_token_id=self.eos_token_id,
+            pad_token_id=self.pad_token_id,
+        )
+
+    def _shared_prefill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[str, DynamicCache] | None:
+        """The key/value cache of every prompt but its last token, each distinct prompt computed once and
+        repeated to its rows (``rollout.n`` samples share one prompt: W1's prefill was 30% of ``generate``);
+        ``generate`` then starts from it (passed under the returned keyword). None where no two rows share
+        a prompt."""
+        keyword = cache_keyword(self.model)
+        positions = (attention_mask.cumsum(1) - 1).clamp(min=0)
+        groups = prompt_groups(input_ids, attention_mask, positions, input_ids.shape[1])
+        if groups is None or keyword is None or input_ids.shape[1] < 2:
+            return None
+        cache = DynamicCache()
+        first = groups.first
+        self.model(
+            input_ids=input_ids[first, :-1],
+            attention_mask=attention_mask[first, :-1],
+            position_ids=positions[first, :-1],
+            use_cache=True,
+            logits_to_keep=1,
+            **{keyword: cache},
+        )
+        cache.batch_select_indices(groups.inverse)
+        return keyword, cache
+
+    def _generate_rows(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        max_new_tokens: int,
+        temperature: float,
+        sampling: dict,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One ``generate`` call: (B, R) responses and their log-probs, right-padded to ``max_new_tokens``."""
+        recorder = _SampledLogProbs(temperature if sampling["do_sample"] else 1.0)
+        prefilled = self._shared_prefill(input_ids, attention_mask)
+        out = self.model.generate(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            max_new_tokens=max_new_tokens,
+            min_new_tokens=0,
+            pad_token_id=self.pad_token_id,
+            eos_token_id=self.eos_token_id,
+            use_cache=True,
+            logits_processor=LogitsProcessorList([recorder]),
+            **({} if prefilled is None else {prefilled[0]: prefilled[1]}),
+            **sampling,
+        )
+        responses = out[:, input_ids.shape[1] :]  # (B, <=R)
+        log_probs = recorder.finish(responses)
+        missing = max_new_tokens - responses.shape[1]
+        if missing > 0:
+            responses = torch.cat([responses, responses.new_full((responses.shape[0], missing), self.pad_token_id)], 1)
+            log_probs = torch.cat([log_probs, log_probs.new_zeros((log_probs.shape[0], missing))], 1)
+        return responses, log_probs

@@ -1,0 +1,86 @@
+"""Generation on a worker: a rollout engine plus what sampling with it needs (tokenizer, replica layout,
+seeds). Hosted by the actor's workers (the hybrid engine: ``ActorRolloutRole``) or by generation-only
+workers on a pool of their own (``RolloutRole``)."""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from hybridrl.config.schema import ModelConfig, RolloutConfig
+from hybridrl.engine.context import DataLayout, WorkerContext
+from hybridrl.generation.engines.base import EngineSite
+from hybridrl.generation.engines.factory import build_rollout_engine
+from hybridrl.generation.weight_channel import WeightChannel
+from hybridrl.models.loader import empty_causal_lm, load_tokenizer
+from hybridrl.protocol import Batch
+from hybridrl.seeds import rank_sampling_seed
+
+logger = logging.getLogger(__name__)
+
+
+class Generation:
+    def __init__(
+        self,
+        model: ModelConfig,
+        rollout: RolloutConfig,
+        ctx: WorkerContext,
+        *,
+        dtype: torch.dtype,
+        max_prompt_length: int,
+        max_response_length: int,
+        seed: int,
+    ) -> None:
+        """The engine starts empty (or on random weights) in ``dtype``; the first hand-over fills it.
+        ``skeleton`` (the model with parameters on the meta device) names the weights for exports."""
+        self.ctx = ctx
+        self.cfg = rollout
+        self.dtype = dtype
+        self.max_response_length = max_response_length
+        self.tokenizer = load_tokenizer(ctx.tokenizer_path, model.trust_remote_code)
+        self.skeleton, _ = empty_causal_lm(ctx.model_path, model.trust_remote_code, dtype)
+        site = EngineSite(
+            model_path=ctx.model_path,
+            trust_remote_code=model.trust_remote_code,
+            dtype=dtype,
+            device=ctx.device,
+            pad_token_id=self.tokenizer.pad_token_id,
+            eos_token_id=self.skeleton.generation_config.eos_token_id or self.tokenizer.eos_token_id,
+            max_model_len=max_prompt_length + max_response_length,
+            rank=ctx.rank,
+            world_size=ctx.world_size,
+            seed=seed,
+        )
+        self.engine = build_rollout_engine(rollout, site)
+
+    def layout(self) -> DataLayout:
+        """Generation replicas span ``rollout.tensor_model_parallel_size`` consecutive ranks (1 for hf: every
+        rank generates on its own copy); the ranks of one replica get the same rows."""
+        tp = self.cfg.tensor_model_parallel_size
+        return DataLayout(self.ctx.rank // tp, self.ctx.world_size // tp, self.ctx.rank % tp == 0)
+
+    def generate(self, batch: Batch) -> Batch:
+        """Responses for ``batch``'s prompts; the engine must hold the weights (resumed)."""
+        # The ranks of one tensor-parallel replica sample the same rows with the same seed.
+        seed = rank_sampling_seed(int(batch.meta.get("seed", 0)), self.layout().replica)
+        # meta["sampling"] (a SamplingConfig) overrides the rollout settings: validation's val_kwargs,
+        # ReMax's greedy pass.
+        sampling = batch.meta.get("sampling") or self.cfg.sampling()
+        with self.ctx.recorder.span("generate_worker"):
+            out = self.engine.generate(
+                batch.tensors["input_ids"].to(self.ctx.device),
+                batch.tensors["attention_mask"].to(self.ctx.device),
+                max_new_tokens=self.max_response_length,
+                sampling=sampling,
+                seed=seed,
+            )
+        texts = self.tokenizer.batch_decode(out["responses"], skip_special_tokens=True)
+        return Batch.from_dict(tensors={k: v.cpu() for k, v in out.items()}, non_tensors={"response_text": texts})
+
+
+def open_channel(ctx: WorkerContext, address: str, port: int, rank: int, size: int, timeout_s: float) -> WeightChannel:
+    """This worker's end of the weight channel between the actor's first rank and the generation workers."""
+    channel = WeightChannel(address, port, rank, size, ctx.device, timeout_s)
+    logger.info("Weight channel %s:%d open as rank %d of %d", address, port, rank, size)
+    return channel

@@ -1,0 +1,116 @@
+import torch
+
+from hybridrl.config.schema import SamplingConfig
+from hybridrl.engine import prompt_sharing
+from hybridrl.generation.engines.base import position_ids_from, response_mask_from
+from hybridrl.generation.engines.hf import HFRolloutEngine
+from hybridrl.models.loader import load_causal_lm, load_tokenizer
+from hybridrl.models.tiny import ensure_tiny_model
+
+
+def test_response_mask_keeps_first_eos_and_drops_after():
+    eos, pad = 1, 0
+    responses = torch.tensor([[5, 6, 1, 0], [5, 1, 7, 1], [5, 6, 7, 8]])
+    assert response_mask_from(responses, eos, pad).tolist() == [[1, 1, 1, 0], [1, 1, 0, 0], [1, 1, 1, 1]]
+
+
+def test_position_ids_skip_left_padding():
+    mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 0]])
+    assert position_ids_from(mask).tolist() == [[0, 0, 0, 1, 2], [0, 1, 2, 3, 3]]
+
+
+def test_generate_shapes_and_seed_determinism(tmp_path):
+    path = ensure_tiny_model(
+        tmp_path / "m",
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        intermediate_size=64,
+        seed=0,
+    )
+    tok = load_tokenizer(path)
+    engine = HFRolloutEngine(load_causal_lm(path), tok.pad_token_id, tok.eos_token_id)
+    enc = tok(["12=", "3="], padding=True, return_tensors="pt", add_special_tokens=False)
+    kwargs = dict(max_new_tokens=5, sampling=SamplingConfig(do_sample=True, temperature=1.0, top_k=0, top_p=1.0))
+    a = engine.generate(enc["input_ids"], enc["attention_mask"], seed=7, **kwargs)
+    b = engine.generate(enc["input_ids"], enc["attention_mask"], seed=7, **kwargs)
+    assert a["responses"].shape == (2, 5) and a["input_ids"].shape == (2, 8)
+    assert torch.equal(a["responses"], b["responses"])
+    assert torch.equal(a["attention_mask"][:, 3:], a["response_mask"])
+    # padding after EOS is the pad token
+    assert torch.all((a["responses"] == tok.pad_token_id) | a["response_mask"].bool())
+
+
+def _tiny_engine(tmp_path, **kwargs):
+    path = ensure_tiny_model(
+        tmp_path / "m",
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        intermediate_size=64,
+        seed=0,
+    )
+    tok = load_tokenizer(path)
+    return HFRolloutEngine(load_causal_lm(path), tok.pad_token_id, tok.eos_token_id, **kwargs), tok
+
+
+def test_rollout_log_probs_are_the_temperature_scaled_ones_of_the_sampled_tokens(tmp_path):
+    engine, tok = _tiny_engine(tmp_path)
+    enc = tok(["12=", "3=", "456="], padding=True, return_tensors="pt", add_special_tokens=False)
+    temperature = 0.7
+    out = engine.generate(
+        enc["input_ids"],
+        enc["attention_mask"],
+        max_new_tokens=6,
+        sampling=SamplingConfig(do_sample=True, temperature=temperature, top_k=0, top_p=1.0),
+        seed=3,
+    )
+    # a full forward over prompt + response: the trainer's view of the same tokens
+    with torch.no_grad():
+        logits = engine.model(
+            input_ids=out["input_ids"], attention_mask=out["attention_mask"], position_ids=out["position_ids"]
+        ).logits
+    prompt_len = enc["input_ids"].shape[1]
+    scores = torch.log_softmax(logits[:, prompt_len - 1 : -1].float() / temperature, dim=-1)
+    expected = scores.gather(-1, out["responses"][..., None]).squeeze(-1) * out["response_mask"]
+    assert out["rollout_log_probs"].shape == out["responses"].shape
+    assert out["response_mask"].sum() > 3
+    torch.testing.assert_close(out["rollout_log_probs"], expected, atol=1e-5, rtol=0)
+
+
+def test_generate_in_chunks_of_a_token_budget_matches_one_call(tmp_path):
+    whole, tok = _tiny_engine(tmp_path)
+    chunked, _ = _tiny_engine(tmp_path, max_tokens_per_generate=2 * (3 + 5))  # two rows per call
+    enc = tok(["12=", "3=", "45=", "6=", "7="], padding=True, return_tensors="pt", add_special_tokens=False)
+    assert chunked.rows_per_call(enc["input_ids"].shape[1], 5, 5) == 2
+    kwargs = dict(max_new_tokens=5, sampling=SamplingConfig(False, 1.0, 0, 1.0), seed=0)
+    a = whole.generate(enc["input_ids"], enc["attention_mask"], **kwargs)
+    b = chunked.generate(enc["input_ids"], enc["attention_mask"], **kwargs)
+    assert torch.equal(a["responses"], b["responses"])
+    torch.testing.assert_close(a["rollout_log_probs"], b["rollout_log_probs"], atol=1e-5, rtol=0)
+
+
+def test_rows_sharing_a_prompt_prefill_it_once_and_sample_as_before(tmp_path, monkeypatch):
+    monkeypatch.setattr(prompt_sharing, "MIN_SAVED_TOKENS", 0)  # 12 rows of 4-token prompts save 36 tokens
+    engine, tok = _tiny_engine(tmp_path)
+    enc = tok(["12=", "3=", "456="], padding=True, return_tensors="pt", add_special_tokens=False)
+    ids, mask = enc["input_ids"].repeat_interleave(4, 0), enc["attention_mask"].repeat_interleave(4, 0)
+    kwargs = dict(max_new_tokens=6, sampling=SamplingConfig(True, 0.9, 0, 1.0), seed=5)
+    prefilled = []
+    original = engine._shared_prefill
+
+    def recorded(input_ids, attention_mask):
+        out = original(input_ids, attention_mask)
+        prefilled.append(None if out is None else (out[1].get_seq_length(), out[1].layers[0].keys.shape[0]))
+        return out
+
+    monkeypatch.setattr(engine, "_shared_prefill", recorded)
+    shared = engine.generate(ids, mask, **kwargs)
+    assert prefilled == [(ids.shape[1] - 1, len(ids))]  # every prompt token but the last, for every row
+    monkeypatch.setattr(engine, "_shared_prefill", lambda i, m: None)
+    plain = engine.generate(ids, mask, **kwargs)
+    assert torch.equal(shared["responses"], plain["responses"])
+    assert len({tuple(r) for r in shared["responses"].tolist()}) > 3  # the samples of a prompt differ
+    torch.testing.assert_close(shared["rollout_log_probs"], plain["rollout_log_probs"], atol=1e-5, rtol=0)
