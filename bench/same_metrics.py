@@ -17,8 +17,19 @@ from pathlib import Path
 
 logger = logging.getLogger("same_metrics")
 
-#: Metrics that measure the machine, not the computation.
-MACHINE = ("timing_s/", "timing_per_token_ms/", "perf/", "throughput", "resource/", "memory/", "cluster/", "worker/")
+#: Metrics that measure the machine or the transport, not the computation (ray/transfer_mb counts pickled
+#: bytes, which change with a module path).
+MACHINE = (
+    "ray/",
+    "timing_s/",
+    "timing_per_token_ms/",
+    "perf/",
+    "throughput",
+    "resource/",
+    "memory/",
+    "cluster/",
+    "worker/",
+)
 
 
 def machine_metric(key: str) -> bool:
