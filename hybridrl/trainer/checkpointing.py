@@ -16,12 +16,15 @@ logger = logging.getLogger(__name__)
 
 
 class Checkpointing:
-    def __init__(self, manager: CheckpointManager, groups: list[WorkerGroup], trainer: TrainerConfig) -> None:
+    def __init__(
+        self, manager: CheckpointManager, groups: list[WorkerGroup], trainer: TrainerConfig, last_saved: int = 0
+    ) -> None:
+        """``last_saved``: the step this leg starts from (resumed), already on disk."""
         self.manager = manager
         self.groups = groups
         self.save_freq = trainer.save_freq
         self.total_steps = trainer.total_steps
-        self.last_saved = 0  # the newest step saved (or resumed from) in this leg
+        self.last_saved = last_saved  # the newest step saved (or resumed from) in this leg
 
     def due(self, step: int) -> bool:
         """Every ``save_freq`` steps and at the last one."""

@@ -324,7 +324,7 @@ def _train_leg(parts: RunParts, resume_from: Path | None, restarts: int) -> tupl
             ),
             monitor=parts.monitor,
             perf=perf,
-            checkpointing=Checkpointing(parts.checkpoints, roles.groups(), cfg.trainer)
+            checkpointing=Checkpointing(parts.checkpoints, roles.groups(), cfg.trainer, start_step)
             if cfg.trainer.save_freq > 0
             else None,
             val_dataset=parts.val_dataset,

@@ -396,8 +396,6 @@ class PPOTrainer:
 
     def fit(self, start_step: int = 0) -> list[dict[str, float]]:
         trainer_cfg = self.cfg.trainer
-        if self.checkpointing is not None:
-            self.checkpointing.last_saved = start_step
         state_before = self.state_dict()
         if trainer_cfg.val_before_train and self.val_dataset is not None and start_step == 0:
             val = self.validate(0)
