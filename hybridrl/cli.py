@@ -24,7 +24,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     show.add_argument("--config", "-c", default=None, help="a YAML file merged over the defaults")
     show.add_argument("overrides", nargs="*", help="dotted overrides, e.g. trainer.total_steps=20")
     export = sub.add_parser("export", help="write a checkpoint's actor as a Hugging Face model directory")
-    export.add_argument("checkpoint_dir", help="<output_dir>/checkpoints/global_step_<k>")
+    export.add_argument("checkpoint_dir", help="<trainer.default_local_dir>/global_step_<k>")
     export.add_argument("out_dir")
     report = sub.add_parser("report", help="write a self-contained HTML report of a finished (or running) run")
     report.add_argument("run_dir", help="the run's output directory (trainer.output_dir)")

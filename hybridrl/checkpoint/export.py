@@ -9,7 +9,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
 
 from hybridrl.checkpoint.dcp_io import read_full_model
-from hybridrl.checkpoint.manager import STATE
+from hybridrl.checkpoint.manager import STATE, role_dir
 from hybridrl.models.loader import auto_tokenizer_mismatch, config_for_export, load_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -22,9 +22,9 @@ def export_actor(checkpoint_dir: str | Path, out_dir: str | Path) -> Path:
     if not (checkpoint_dir / STATE).exists():
         raise FileNotFoundError(
             f"{checkpoint_dir} is not a complete checkpoint (no {STATE}); pass a "
-            f"<output_dir>/checkpoints/global_step_<k> directory."
+            f"global_step_<k> directory (in trainer.default_local_dir)."
         )
-    actor_dir = checkpoint_dir / "actor_rollout"
+    actor_dir = role_dir(checkpoint_dir, "actor_rollout")
     hf_meta = actor_dir / "hf"
     if not hf_meta.exists():
         raise FileNotFoundError(f"{checkpoint_dir} has no actor (missing {hf_meta}).")

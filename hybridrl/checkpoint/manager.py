@@ -1,7 +1,7 @@
 """Checkpoints on the driver: where they live, atomic completion, which is latest, how many to keep.
 
-Layout (verl's names): ``<output_dir>/checkpoints/global_step_<k>/`` holding one folder per trainable
-role with every rank's shards, ``rng/`` with every rank's RNG states, and ``trainer_state.json`` (step,
+Layout (verl's names): ``<trainer.default_local_dir>/global_step_<k>/`` holding one folder per trainable
+role with every rank's shards (``actor/``, ``critic/``), ``rng/`` with every rank's RNG states, and ``trainer_state.json`` (step,
 data position, KL controller, driver RNG). ``latest_checkpointed_iteration.txt`` names the newest.
 A checkpoint is written under a temporary name and renamed when complete, so a crash mid-write leaves
 the previous one as the latest.
@@ -22,6 +22,16 @@ logger = logging.getLogger(__name__)
 LATEST = "latest_checkpointed_iteration.txt"
 STATE = "trainer_state.json"
 PREFIX = "global_step_"
+ROLE_FOLDERS = {"actor_rollout": "actor"}  # verl's folder names, where hybridrl's role names differ
+
+
+def role_dir(checkpoint: Path, role: str) -> Path:
+    """The folder of ``role``'s shards in a checkpoint, by verl's name (``actor``, ``critic``); a checkpoint
+    written before hybridrl took verl's names (``actor_rollout/``) still loads and exports."""
+    name = ROLE_FOLDERS.get(role, role)
+    if name != role and not (checkpoint / name).exists() and (checkpoint / role).exists():
+        return checkpoint / role
+    return checkpoint / name
 
 
 class CheckpointError(RuntimeError):

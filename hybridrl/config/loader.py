@@ -4,9 +4,10 @@ omegaconf, then turned into the typed, frozen ``Config`` that every component re
 from __future__ import annotations
 
 import difflib
+import logging
 import re
 from collections.abc import Iterable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -15,13 +16,15 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
 from hybridrl.config.choices import Strategy
-from hybridrl.config.compat.verl.keys import verl_answer
-from hybridrl.config.errors import ConfigError
+from hybridrl.config.compat.verl.keys import verl_rule
+from hybridrl.config.errors import ConfigError, all_at_once
 from hybridrl.config.presets import TINY_RUN
 from hybridrl.config.ranges import check_ranges
 from hybridrl.config.schema import Config
 
 __all__ = ["ConfigError", "load_config", "to_dict", "to_yaml"]
+
+logger = logging.getLogger("hybridrl")
 
 
 def _leaf_keys(node: DictConfig, prefix: str = "") -> list[str]:
@@ -202,11 +205,22 @@ def load_config(overrides: Iterable[str] = (), yaml_path: str | None = None) -> 
             node = OmegaConf.select(layer, parent, default=None) if parent else layer
             if isinstance(node, DictConfig) and leaf in node:
                 del node[leaf]
+    found = _SortedKeys()
+    for layer in layers:
+        _sort_out_keys(layer, schema, layer, schema, found)
     for layer in layers:
         _lists_from_scalars(layer, schema)
     if _model_path(layers) is None:  # the built-in tiny model and task: its own settings under the user's
         layers = [OmegaConf.create(TINY_RUN), *layers]
-    cfg = _merge(schema, layers)
+    cfg = _merge(schema, layers, found.problems)
+    unequal = [
+        f"'{verl_key}={value}': hybridrl's reference shares {key} (={OmegaConf.select(cfg, key)}); set that instead"
+        for verl_key, value, key in found.shared
+        if str(OmegaConf.select(cfg, key)) != str(value)
+    ]
+    if unequal:
+        raise ConfigError(all_at_once(unequal))
+    found.log()
     try:  # resolves interpolations such as trainer.output_dir's
         missing = sorted(OmegaConf.missing_keys(cfg))
         if missing:
@@ -256,19 +270,104 @@ def _model_path(layers: list[DictConfig]) -> Any:
     return path
 
 
-def _merge(schema: DictConfig, layers: list[DictConfig]) -> DictConfig:
-    """The layers merged over the schema in order, each mistake one line naming its key."""
+def _merge(schema: DictConfig, layers: list[DictConfig], problems: list[str]) -> DictConfig:
+    """The layers merged over the schema in order. Any ``problems`` already found, and every value that
+    does not merge (each checked alone once one fails), are raised together as one error."""
     cfg = schema
     for layer in layers:
         try:
             cfg = cast(DictConfig, OmegaConf.merge(cfg, layer))
-        except ConfigKeyError as exc:
-            raise ConfigError(_unknown_key(exc.full_key or str(exc.key), schema)) from None
-        except (ValidationError, OmegaConfBaseException) as exc:
-            raise ConfigError(_bad_value(exc)) from None
-        except TypeError as exc:  # omegaconf names no key when a list meets a mapping
-            raise ConfigError(_incompatible(layer, schema, exc)) from None
+        except (ConfigKeyError, ValidationError, OmegaConfBaseException, TypeError) as exc:
+            bad = [p for key, value in _leaf_items(layer) if (p := _merge_problem(schema, key, value))]
+            problems = problems + (bad or [_merge_error(exc, layer, schema)])
+    if problems:
+        raise ConfigError(all_at_once(problems))
     return cfg
+
+
+def _merge_problem(schema: DictConfig, key: str, value: Any) -> str | None:
+    """What is wrong with ``key=value`` alone over the schema, or None."""
+    try:
+        OmegaConf.merge(schema, _at(key, value))
+    except (ConfigKeyError, ValidationError, OmegaConfBaseException, TypeError) as exc:
+        return _merge_error(exc, _at(key, value), schema)
+    return None
+
+
+def _merge_error(exc: Exception, layer: DictConfig, schema: DictConfig) -> str:
+    if isinstance(exc, ConfigKeyError):
+        return _unknown_key(exc.full_key or str(exc.key), schema)
+    if isinstance(exc, TypeError):  # omegaconf names no key when a list meets a mapping
+        return _incompatible(layer, schema, exc)
+    return _bad_value(cast(OmegaConfBaseException, exc))
+
+
+def _leaf_items(node: DictConfig, prefix: str = "") -> list[tuple[str, Any]]:
+    """(dotted key, unresolved value) of every leaf under ``node``; an empty mapping counts as a leaf."""
+    items: list[tuple[str, Any]] = []
+    for key, value in node.items_ex(resolve=False):
+        path = f"{prefix}{key!s}"
+        if isinstance(value, DictConfig) and len(value):
+            items.extend(_leaf_items(value, path + "."))
+        else:
+            items.append((path, OmegaConf.to_container(value) if OmegaConf.is_config(value) else value))
+    return items
+
+
+@dataclass
+class _SortedKeys:
+    """What ``_sort_out_keys`` found in the user's layers."""
+
+    problems: list[str] = field(default_factory=list)  # one line each
+    renamed: list[str] = field(default_factory=list)  # "verl_key=v -> hybridrl_key=v"
+    shared: list[tuple[str, Any, str]] = field(default_factory=list)  # (verl key, value, hybridrl key it must equal)
+    accepted: list[str] = field(default_factory=list)  # "verl_key=v", no effect here
+
+    def log(self) -> None:
+        if self.renamed:
+            logger.info("verl keys taken as hybridrl's: %s", ", ".join(self.renamed))
+        if self.accepted:
+            logger.info(
+                "verl keys with no effect in hybridrl (a feature left off, or no job here): %s",
+                ", ".join(self.accepted),
+            )
+
+
+def _sort_out_keys(
+    node: DictConfig, schema: DictConfig, layer: DictConfig, root: DictConfig, found: _SortedKeys, prefix: str = ""
+) -> None:
+    """Take every key of ``node`` (a user layer, or a section of it) that hybridrl's schema does not have
+    out of it: verl's spelling of a hybridrl key moves there, a verl key at its off value or with no job
+    here goes, and the rest become one problem line each: the verl answer, or the nearest hybridrl key.
+    The leaves under an unknown section are looked up one by one (``fsdp_config.param_offload``, not
+    ``fsdp_config``)."""
+    for key, value in list(node.items_ex(resolve=False)):
+        path = f"{prefix}{key!s}"
+        if str(key) in schema:
+            section = schema[str(key)]
+            structured = isinstance(section, DictConfig) and OmegaConf.get_type(section) not in (dict, None)
+            if isinstance(value, DictConfig) and structured:
+                _sort_out_keys(value, section, layer, root, found, path + ".")
+            continue
+        del node[str(key)]
+        leaves = _leaf_items(value, path + ".") if isinstance(value, DictConfig) and len(value) else [(path, value)]
+        rules = [(leaf, leaf_value, verl_rule(leaf)) for leaf, leaf_value in leaves]
+        if not any(rule for _, _, rule in rules):  # not verl's either: the unknown key itself, once
+            found.problems.append(_unknown_key(path, root))
+            continue
+        for leaf, leaf_value, rule in rules:
+            outcome = rule.apply(leaf, leaf_value) if rule is not None else None
+            if outcome is None:
+                found.problems.append(_unknown_key(leaf, root))
+            elif outcome.refusal is not None:
+                found.problems.append(outcome.refusal)
+            elif outcome.equals is not None:
+                found.shared.append((leaf, leaf_value, outcome.equals))
+            elif outcome.target is None:
+                found.accepted.append(f"{leaf}={leaf_value}")
+            elif OmegaConf.select(layer, outcome.target, default=_ABSENT) is _ABSENT:  # the hybridrl key wins
+                OmegaConf.update(layer, outcome.target, outcome.value, force_add=True)
+                found.renamed.append(f"{leaf}={leaf_value} -> {outcome.target}={outcome.value}")
 
 
 def _incompatible(layer: DictConfig, schema: DictConfig, exc: TypeError) -> str:
@@ -295,9 +394,9 @@ def _at(key: str, value: Any) -> DictConfig:
 def _unknown_key(key: str, schema: DictConfig) -> str:
     """The verl mapping where the key is verl's (a near name would mislead: n_gpus_per_node is not seed),
     else the closest hybridrl key."""
-    answer = verl_answer(key)
-    if answer is not None:
-        return f"'{key}' is a verl key that hybridrl does not take: {answer}."
+    rule = verl_rule(key)
+    if rule is not None:
+        return f"'{key}' is a verl key that hybridrl does not take: {rule.answer}."
     return f"Unknown config key '{key}'.{_closest(key, _leaf_keys(schema))}"
 
 

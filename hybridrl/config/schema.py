@@ -330,6 +330,11 @@ class KLControlConfig:
 @dataclass(frozen=True)
 class FilterGroupsConfig:
     enable: bool = doc(False, "drop prompt groups whose rewards are all equal; sample more to refill")
+    metric: str | None = doc(
+        None,
+        "the per-sequence value whose spread keeps a group (verl's): seq_final_reward | seq_reward (the score with "
+        "penalties), score, or a key the reward function returns in its dict (e.g. acc); null = seq_reward",
+    )
     max_num_gen_batches: int = doc(
         4, "most generation rounds per step; then the batch is topped up with dropped groups"
     )
@@ -378,6 +383,11 @@ class DataConfig:
     train_size: int = doc(4096, "prompts generated for the training set")
     val_size: int = doc(64, "held-out prompts generated for validation (built-in task)")
     train_batch_size: int = doc(32, "prompts per step (each sampled rollout.n times)")
+    gen_batch_size: int | None = doc(
+        None,
+        "DAPO's (verl's key): prompts sampled per generation round with algorithm.filter_groups.enable; "
+        "null = train_batch_size",
+    )
     max_prompt_length: int = doc(16, "longest prompt allowed (tokens); each batch is left-padded to its longest prompt")
     max_response_length: int = doc(6, "new tokens generated per response")
     shuffle: bool = doc(True, "reshuffle the training prompts every epoch")
@@ -542,9 +552,13 @@ class TrainerConfig:
     )
     save_hf: bool = doc(True, "write the trained actor to <output_dir>/actor_hf at the end")
     save_freq: int = doc(50, "checkpoint every this many steps and at the last step; -1 = never")
-    max_ckpt_to_keep: int | None = doc(3, "newest checkpoints kept under <output_dir>/checkpoints; null = all")
+    default_local_dir: str = doc(
+        "${trainer.output_dir}/checkpoints",
+        "verl's key: the checkpoint directory (global_step_<N>/actor, .../critic, latest_checkpointed_iteration.txt)",
+    )
+    max_ckpt_to_keep: int | None = doc(None, "newest checkpoints kept in default_local_dir; null = all (as verl)")
     resume_mode: str = doc(
-        "auto", "auto (latest checkpoint in output_dir, if any) | disable | resume_path | a checkpoint path"
+        "auto", "auto (latest checkpoint in default_local_dir, if any) | disable | resume_path | a checkpoint path"
     )
     resume_from_path: str | None = doc(None, "the global_step_<k> directory for resume_mode=resume_path")
     critic_warmup: int = doc(0, "the actor is not updated before this step (the critic learns alone until then)")

@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from hybridrl.algorithms.advantages import ADV_ESTIMATORS, get_adv_estimator
 from hybridrl.algorithms.losses import LOSS_AGG_MODES, POLICY_LOSSES
 from hybridrl.algorithms.roles import ROLE_SECTIONS, ROLES, ROLLOUT, active_roles, engine_section
 from hybridrl.cluster.pools import ResourcePoolManager
 from hybridrl.config.choices import Device, RolloutName, Strategy
+from hybridrl.config.errors import ConfigError, all_at_once
 from hybridrl.config.errors import fail as _fail
 from hybridrl.config.loader import load_config
 from hybridrl.config.ranges import check_ranges
@@ -29,6 +30,15 @@ from hybridrl.engine.megatron.layout import megatron_fit_errors
 from hybridrl.preflight.paths import check_paths
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class _Failed:
+    """What ``check``'s attempt returns for a check that failed (its problem is recorded)."""
+
+
+FAILED = _Failed()
 
 
 def _check_choices(cfg: Config) -> None:
@@ -44,19 +54,14 @@ def _check_choices(cfg: Config) -> None:
     for key, (value, valid) in choices.items():
         if value not in valid:
             _fail(f"{key}={value!r} is not valid; choose one of: {', '.join(valid)}.")
-    for tracker in cfg.trainer.logger:
-        if tracker in ("wandb", "mlflow") and importlib.util.find_spec(tracker) is None:
-            _fail(
-                f"trainer.logger includes '{tracker}' but the {tracker} package is not installed: "
-                f"pip install 'hybridrl[{tracker}]', or remove it from trainer.logger."
-            )
 
 
 def _check_batch_arithmetic(
-    section: str, mini: int, micro: int, n: int, prompts: int, workers: int, pp_microbatches: int | None = None
+    section: str, mini: int, micro: int | None, n: int, prompts: int, workers: int, pp_microbatches: int | None = None
 ) -> None:
     """The mini-batch must divide the step's batch and split evenly into micro-batches per worker
-    (per data-parallel replica, for tensor/pipeline-parallel roles: ``workers`` is then that count)."""
+    (per data-parallel replica, for tensor/pipeline-parallel roles: ``workers`` is then that count).
+    ``micro`` is None under ``use_dynamic_bsz``: token budgets cut the micro-batches, as in verl."""
     sequences = prompts * n
     if sequences % workers:
         _fail(
@@ -76,7 +81,7 @@ def _check_batch_arithmetic(
             f"cannot be split over {workers} workers; make it a multiple of {workers}."
         )
     per_worker = mini_sequences // workers
-    if per_worker % micro:
+    if micro is not None and per_worker % micro:
         _fail(
             f"{section}.ppo_micro_batch_size_per_gpu ({micro}) must divide the per-worker mini-batch: "
             f"ppo_mini_batch_size ({mini}) x rollout.n ({n}) / {workers} workers = {per_worker} "
@@ -140,22 +145,46 @@ def load_and_check(overrides: Iterable[str] = (), yaml_path: str | None = None) 
 
 
 def check(cfg: Config) -> None:
-    """Every pre-flight check of ``cfg``; the first that fails raises its one-line ``ConfigError``."""
-    _check_choices(cfg)
-    check_ranges(cfg)  # already run by load_config; again here for a Config made another way (replace())
-    _check_algorithm(cfg)
-    workers = _check_pools(cfg)
-    _check_rollout_engine(cfg, workers.get(ROLLOUT, workers["actor_rollout"]))
-    _check_rollout_pool(cfg)
-    workers.pop(ROLLOUT, None)  # generation-only: no training engine, batch split by generation replicas
-    replicas = _check_megatron(cfg, workers)
+    """Every pre-flight check of ``cfg``; what fails is raised as one ``ConfigError`` listing every problem
+    (each check stops at its own first; a check that needs another's result runs once that one passed)."""
+    problems: list[str] = []
+
+    def attempt(fn: Callable[..., T], *args: Any) -> T | _Failed:
+        try:
+            return fn(*args)
+        except ConfigError as exc:
+            problems.append(str(exc))
+            return FAILED
+
+    names_ok = attempt(_check_choices, cfg) is not FAILED  # the checks below look the names up
+    attempt(check_ranges, cfg)  # already run by load_config; again here for a Config made another way (replace())
+    if names_ok:
+        attempt(_check_algorithm, cfg)
+    workers = attempt(_check_pools, cfg) if names_ok else FAILED  # the roles follow from the estimator
+    if not isinstance(workers, _Failed):
+        attempt(_check_rollout_engine, cfg, workers.get(ROLLOUT, workers["actor_rollout"]))
+        attempt(_check_rollout_pool, cfg)
+        workers.pop(ROLLOUT, None)  # generation-only: no training engine, batch split by generation replicas
+        replicas = attempt(_check_megatron, cfg, workers)
+        if not isinstance(replicas, _Failed):
+            attempt(_check_batches, cfg, workers, replicas)
+        attempt(_check_sharding, cfg, workers)
+    attempt(_check_token_budgets, cfg)
+    attempt(check_paths, cfg)
+    if names_ok:
+        attempt(_check_task, cfg)
+    if problems:
+        raise ConfigError(all_at_once(problems))
+
+
+def _check_batches(cfg: Config, workers: dict[str, int], replicas: dict[str, int]) -> None:
     n = cfg.actor_rollout_ref.rollout.n
     prompts = cfg.data.train_batch_size
     actor = cfg.actor_rollout_ref.actor
     _check_batch_arithmetic(
         "actor_rollout_ref.actor",
         actor.ppo_mini_batch_size,
-        actor.ppo_micro_batch_size_per_gpu,
+        None if actor.use_dynamic_bsz else actor.ppo_micro_batch_size_per_gpu,
         n,
         prompts,
         replicas["actor_rollout"],
@@ -166,21 +195,32 @@ def check(cfg: Config) -> None:
         _check_batch_arithmetic(
             "critic",
             critic.ppo_mini_batch_size,
-            critic.ppo_micro_batch_size_per_gpu,
+            None if critic.use_dynamic_bsz else critic.ppo_micro_batch_size_per_gpu,
             n,
             prompts,
             replicas["critic"],
             _pp_microbatches(critic),
         )
-    _check_sharding(cfg, workers)
-    _check_token_budgets(cfg)
+    gen = cfg.data.gen_batch_size
+    if gen is not None and not cfg.algorithm.filter_groups.enable and gen != prompts:
+        _fail(
+            f"data.gen_batch_size={gen} sizes DAPO's generation rounds: it needs algorithm.filter_groups.enable=true "
+            f"(else each step trains on data.train_batch_size={prompts} prompts); drop it or enable the filter."
+        )
+    if gen is not None and (gen < 1 or (gen * n) % workers["actor_rollout"]):
+        _fail(
+            f"data.gen_batch_size ({gen}) x rollout.n ({n}) = {gen * n} sequences per generation round cannot be "
+            f"split evenly over the {workers['actor_rollout']} actor workers; make it a multiple of them."
+        )
     for role in sorted(set(workers) - {"actor_rollout"}):
         if (prompts * n) % replicas[role]:
             _fail(
                 f"data.train_batch_size ({prompts}) x rollout.n ({n}) = {prompts * n} sequences cannot "
                 f"be split over the {replicas[role]} data-parallel replicas of role '{role}'."
             )
-    check_paths(cfg)
+
+
+def _check_task(cfg: Config) -> None:
     try:
         task = make_task(cfg.data.task, **cfg.data.task_kwargs)
     except ValueError as exc:
@@ -301,9 +341,9 @@ def _check_token_budgets(cfg: Config) -> None:
     parallel they need packed rows, since a pipeline pass cuts its input into equal-size micro-batches."""
     arr, critic = cfg.actor_rollout_ref, cfg.critic
     if arr.model.use_fused_kernels and arr.actor.strategy == Strategy.megatron:
-        _fail(
-            "actor_rollout_ref.model.use_fused_kernels=true needs actor.strategy=fsdp (the megatron engine's "
-            "output head is split over the vocabulary); set it to false."
+        logger.warning(
+            "actor_rollout_ref.model.use_fused_kernels=true: the megatron engine's output head is split over the "
+            "vocabulary, so its actor and reference compute log-probs from the logits (the same values)."
         )
     longest = cfg.data.max_prompt_length + cfg.data.max_response_length
     budgets = [

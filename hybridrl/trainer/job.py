@@ -77,6 +77,12 @@ def describe_strategy(cfg: Config, role: str, workers: int) -> str:
 
 def check_datasets(cfg: Config, dataset: PromptDataset, val_dataset: PromptDataset | None) -> None:
     """What only the loaded data can tell, answered before Ray starts (workers take ~20 s to come up)."""
+    per_round = cfg.data.gen_batch_size if cfg.algorithm.filter_groups.enable and cfg.data.gen_batch_size else 0
+    if len(dataset) < per_round:
+        raise ConfigError(
+            f"data.gen_batch_size={per_round} is larger than the {len(dataset)} training prompts; lower it or give "
+            f"more data."
+        )
     if len(dataset) < cfg.data.train_batch_size:
         raise ConfigError(
             f"data.train_batch_size={cfg.data.train_batch_size} is larger than the {len(dataset)} training prompts; "
@@ -175,10 +181,17 @@ def resume(cfg: Config, resume_from: Path | None, groups: list[WorkerGroup]) -> 
     state = read_state(resume_from)
     logger.info("Resuming from %s (step %d of %d)", resume_from, state["step"], cfg.trainer.total_steps)
     if state["step"] >= cfg.trainer.total_steps:
+        trainer = cfg.trainer  # named as the user set it (verl's spellings first)
+        said = f"trainer.total_steps={trainer.total_steps}"
+        if trainer.total_training_steps is not None:
+            said = f"trainer.total_training_steps={trainer.total_training_steps}"
+        elif trainer.total_epochs is not None:
+            said = f"trainer.total_epochs={trainer.total_epochs} ({trainer.total_steps} steps)"
         logger.info(
-            "This run already reached trainer.total_steps=%d: nothing to train. Raise "
-            "trainer.total_steps to continue, or trainer.resume_mode=disable to start over.",
-            cfg.trainer.total_steps,
+            "This run already reached %s: nothing to train. Raise %s to continue, or "
+            "trainer.resume_mode=disable to start over.",
+            said,
+            said.split("=")[0],
         )
     for group in groups:
         group.load_checkpoint(str(resume_from))
@@ -231,7 +244,7 @@ def _run(cfg: Config, output_dir: Path, started: float) -> dict[str, Any]:
     check_datasets(cfg, dataset, val_dataset)
     cfg = steps_from_epochs(cfg, len(dataset))
     (output_dir / "config.yaml").write_text(to_yaml(cfg))
-    checkpoints = CheckpointManager(output_dir / "checkpoints", cfg.trainer.max_ckpt_to_keep)
+    checkpoints = CheckpointManager(Path(cfg.trainer.default_local_dir), cfg.trainer.max_ckpt_to_keep)
     checkpoints.remove_stale_temporaries()
     resume_from = resolve_resume(cfg.trainer.resume_mode, cfg.trainer.resume_from_path, checkpoints)
     record = RunRecord.resumed(read_state(resume_from) if resume_from is not None else None, started)

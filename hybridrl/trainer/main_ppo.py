@@ -27,6 +27,8 @@ from hybridrl.trainer.run_lock import RunLockError
 
 logger = logging.getLogger("hybridrl")
 
+SHIPPED_CONFIGS = Path(__file__).resolve().parents[1] / "config"  # ppo_trainer.yaml, ppo_megatron_trainer.yaml
+
 USAGE = """usage: python -m hybridrl.trainer.main_ppo [--config FILE.yaml | --config-path DIR --config-name NAME] [key=value ...]
 
 Trains with PPO (or GRPO and friends, by algorithm.adv_estimator). With no arguments it runs the embedded
@@ -72,7 +74,16 @@ def _yaml_path(options: dict[str, str]) -> str | None:
         return None
     name = options["--config-name"]
     name = name if name.endswith((".yaml", ".yml")) else name + ".yaml"
-    return str(Path(options.get("--config-path", ".")) / name)
+    config_dir = options.get("--config-path", ".")
+    path = Path(config_dir) / name
+    shipped = SHIPPED_CONFIGS / name
+    if not path.exists() and not Path(config_dir).is_absolute() and shipped.exists():
+        # verl's hydra reads a relative --config-path beside its main module (verl/trainer/config): its
+        # scripts' --config-path=config --config-name=ppo_megatron_trainer name verl's shipped files, and
+        # hybridrl ships its reading of them.
+        logger.info("--config-name=%s: hybridrl's %s (verl's shipped config of that name)", name, shipped)
+        return str(shipped)
+    return str(path)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

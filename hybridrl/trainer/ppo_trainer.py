@@ -51,10 +51,26 @@ logger = logging.getLogger(__name__)
 
 GEN_KEYS = ["input_ids", "attention_mask", "position_ids"]
 FORWARD_KEYS = ["input_ids", "attention_mask", "position_ids", "responses", "response_mask"]
+REWARD_EXTRA = "reward_extra/"  # non-tensor columns of the values a reward function returned in its dict
 
 
 def _mean_over_ranks(rows: list[dict[str, float]]) -> dict[str, float]:
     return {k: sum(r[k] for r in rows) / len(rows) for k in rows[0]}
+
+
+def filter_values(batch: Batch, metric: str | None) -> torch.Tensor:
+    """The per-sequence value whose spread keeps a group (``algorithm.filter_groups.metric``): the
+    sequence's reward (``seq_reward``, ``seq_final_reward``, ``score``: KL in the reward comes later, so
+    these are one value here) or a key the reward function returned in its dict (DAPO's ``acc``)."""
+    if metric in (None, "seq_reward", "seq_final_reward", "score"):
+        return batch.tensors["token_level_scores"].sum(-1)
+    extras = {k.removeprefix(REWARD_EXTRA): v for k, v in batch.non_tensors.items() if k.startswith(REWARD_EXTRA)}
+    if metric not in extras:
+        raise ValueError(
+            f"algorithm.filter_groups.metric={metric}: the reward function returned no '{metric}' "
+            f"(its dict had {sorted(extras) or 'no extra keys'}); use seq_reward or one of those keys."
+        )
+    return torch.as_tensor(np.asarray(extras[metric], dtype=np.float64))
 
 
 def _place_at_last_token(scores: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
@@ -96,7 +112,10 @@ class PPOTrainer:
         self.roles = roles
         self.dataset = dataset
         self.tracker = tracker
-        self.sampler = EpochSampler(len(dataset), cfg.data.train_batch_size, cfg.data.shuffle, cfg.data.seed)
+        filt = cfg.algorithm.filter_groups
+        # DAPO's dynamic sampling draws data.gen_batch_size prompts per generation round (verl's loader batch).
+        per_round = cfg.data.gen_batch_size if filt.enable and cfg.data.gen_batch_size else cfg.data.train_batch_size
+        self.sampler = EpochSampler(len(dataset), per_round, cfg.data.shuffle, cfg.data.seed)
         algo = cfg.algorithm
         self.estimator = get_adv_estimator(algo.adv_estimator)
         self.kl_ctrl = make_kl_controller(
@@ -179,8 +198,11 @@ class PPOTrainer:
             )
         actor = self.generator
         with self.monitor.phase("reward", timings):
-            scores = self.reward(batch, metrics).scores
-            batch.tensors["token_level_scores"] = _place_at_last_token(scores, batch.tensors["response_mask"])
+            rewards = self.reward(batch, metrics)
+            batch.tensors["token_level_scores"] = _place_at_last_token(rewards.scores, batch.tensors["response_mask"])
+            if cfg.algorithm.filter_groups.enable:  # what a filter metric such as acc reads
+                for key, values in rewards.extras.items():
+                    batch.non_tensors[REWARD_EXTRA + key] = values.numpy()
         if self.estimator.needs_greedy_baseline:
             with self.monitor.phase("gen_max", timings):  # ReMax: the greedy response's reward is the baseline
                 greedy_in = prompts.select(tensor_keys=GEN_KEYS, non_tensor_keys=[], meta_keys=[])
@@ -203,7 +225,7 @@ class PPOTrainer:
         for round_ in range(filt.max_num_gen_batches):
             batch = self._generate_and_score(step, round_, timings, metrics)
             batch.meta = {}
-            keep = groups_with_signal(batch.tensors["token_level_scores"].sum(-1), batch.non_tensors["uid"])
+            keep = groups_with_signal(filter_values(batch, filt.metric), batch.non_tensors["uid"])
             kept.append(batch[np.flatnonzero(keep)])
             dropped.append(batch[np.flatnonzero(~keep)])
             if sum(len(b) for b in kept) >= wanted:

@@ -11,7 +11,7 @@ import torch
 from hybridrl.algorithms.losses import agg_loss, compute_kl_loss, get_policy_loss
 from hybridrl.algorithms.roles import ROLE_SECTIONS, active_roles
 from hybridrl.algorithms.token_logprobs import TokenScoring
-from hybridrl.config.choices import Precision
+from hybridrl.config.choices import Precision, Strategy
 from hybridrl.config.schema import ActorConfig, Config, ModelConfig, RolloutConfig
 from hybridrl.engine.context import DataLayout, WorkerContext
 from hybridrl.engine.dtypes import rollout_dtype, weights_dtype
@@ -72,7 +72,7 @@ class ActorRolloutRole(EngineRole):
             param_offload=actor.fsdp.param_offload,
             optimizer_offload=actor.fsdp.optimizer_offload,
             remove_padding=model.use_remove_padding,
-            fused_kernels=model.use_fused_kernels,
+            fused_kernels=model.use_fused_kernels and actor.strategy != Strategy.megatron,  # a split head: logits
             total_steps=total_steps,
         )
         self.rollout_dtype = rollout_dtype(rollout.dtype, actor.precision, ctx.device)

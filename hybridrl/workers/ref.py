@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from hybridrl.algorithms.token_logprobs import TokenScoring
+from hybridrl.config.choices import Strategy
 from hybridrl.config.schema import ActorConfig, Config, RefConfig
 from hybridrl.engine.context import WorkerContext
 from hybridrl.engine.dtypes import weights_dtype
@@ -63,7 +64,7 @@ class RefRole(EngineRole):
             temperature=arr.rollout.temperature,
             trust_remote_code=arr.model.trust_remote_code,
             remove_padding=arr.model.use_remove_padding,
-            fused_kernels=arr.model.use_fused_kernels,
+            fused_kernels=arr.model.use_fused_kernels and arr.actor.strategy != Strategy.megatron,
         )
 
     def compute_ref_log_prob(self, batch: Batch) -> Batch | None:

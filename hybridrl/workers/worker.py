@@ -19,6 +19,7 @@ import torch
 from torch.distributed.device_mesh import init_device_mesh
 
 from hybridrl.checkpoint.dcp_io import load_engine, save_engine
+from hybridrl.checkpoint.manager import role_dir
 from hybridrl.checkpoint.shards import load_rng, save_rng
 from hybridrl.config.choices import Device
 from hybridrl.config.schema import Config
@@ -205,10 +206,10 @@ class Worker:
         for name, role in self._trainable().items():
             assert role.engine.optimizer is not None
             with role.offload.resident(optimizer=True):
-                save_engine(role.engine.model, role.engine.optimizer, directory / name, role.engine.lr_step)
+                save_engine(role.engine.model, role.engine.optimizer, role_dir(directory, name), role.engine.lr_step)
         actor = self.roles.get("actor_rollout")
         if isinstance(actor, ActorRolloutRole) and self.rank == 0:
-            actor.save_hf_metadata(str(directory / "actor_rollout" / "hf"))
+            actor.save_hf_metadata(str(role_dir(directory, "actor_rollout") / "hf"))
         save_rng(directory / "rng", f"{'+'.join(self.role_names)}_rank_{self.rank}")
 
     def _load_checkpoint(self, directory: Path) -> None:
@@ -216,7 +217,7 @@ class Worker:
             assert role.engine.optimizer is not None
             with role.offload.resident(optimizer=True):
                 lr_step = load_engine(
-                    role.engine.model, role.engine.optimizer, directory / name, self.rank, self.world_size
+                    role.engine.model, role.engine.optimizer, role_dir(directory, name), self.rank, self.world_size
                 )
             role.engine.set_lr_step(lr_step)  # the config's lr is the base; the saved one is not
             role.engine.weights_changed()  # new weights: the next generate hands them over

@@ -13,6 +13,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
 from hybridrl.checkpoint.dcp_io import read_full
+from hybridrl.checkpoint.manager import role_dir
 from hybridrl.cli import main as cli_main
 from hybridrl.config.loader import load_config
 from hybridrl.trainer.job import run
@@ -52,8 +53,8 @@ def training_metrics(path):
 
 def same_checkpoints(a, b, step=4):
     for role in ("actor_rollout", "critic"):  # critic weights and both optimizers, every tensor in full
-        sa = read_full(a / "checkpoints" / f"global_step_{step}" / role)
-        sb = read_full(b / "checkpoints" / f"global_step_{step}" / role)
+        sa = read_full(role_dir(a / "checkpoints" / f"global_step_{step}", role))
+        sb = read_full(role_dir(b / "checkpoints" / f"global_step_{step}", role))
         assert sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa), role
 
 

@@ -3,10 +3,21 @@ meaning) or has a one-line answer; every answer is of a known kind and names rea
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
-from hybridrl.config.compat.verl.keys import VERL_ANSWERS, VERL_KEYS, verl_answer
+import pytest
+
+from hybridrl.config.compat.verl.keys import (
+    RENAMES,
+    SCRIPT_KEYS,
+    VERL_ANSWERS,
+    VERL_KEYS,
+    RuleKind,
+    verl_answer,
+    verl_rule,
+)
+from hybridrl.config.compat.verl.render import render_section
+from hybridrl.config.loader import ConfigError, load_config
 from hybridrl.config.schema import Config
 from tests.config.test_schema import USER_DICTS, leaf_keys
 
@@ -39,7 +50,7 @@ def test_the_key_list_is_verls_whole_list():
 
 
 def test_every_verl_key_works_or_has_an_answer():
-    left_over = [k for k in VERL_KEYS if k not in HYBRIDRL_KEYS and verl_answer(k) is None]
+    left_over = [k for k in (*VERL_KEYS, *SCRIPT_KEYS) if k not in HYBRIDRL_KEYS and verl_answer(k) is None]
     assert not left_over, f"verl keys neither in the schema nor answered: {left_over}"
 
 
@@ -60,7 +71,7 @@ def test_every_use_answer_names_a_hybridrl_key():
 
 def test_no_rule_is_dead():
     """Each rule is the first match of at least one verl key that needs an answer."""
-    needs_answer = [k for k in VERL_KEYS if k not in HYBRIDRL_KEYS or k in COMING_TO_THE_SCHEMA]
+    needs_answer = [k for k in (*VERL_KEYS, *SCRIPT_KEYS) if k not in HYBRIDRL_KEYS or k in COMING_TO_THE_SCHEMA]
     used = {next(p for p, _ in VERL_ANSWERS if matches(p, k)) for k in needs_answer if verl_answer(k)}
     dead = [p for p, _ in VERL_ANSWERS if p not in used]
     assert not dead, f"rules that answer no verl key (or only keys an earlier rule answers): {dead}"
@@ -78,24 +89,103 @@ def test_patterns_are_keys_or_subtrees():
 def test_a_subtree_rule_covers_the_key_itself_and_sub_keys():
     assert verl_answer("global_profiler") == verl_answer("global_profiler.tool")
     assert verl_answer("data.apply_chat_template_kwargs.enable_thinking") is not None
-    assert verl_answer("trainer.default_local_dir") == next(
-        a for p, a in VERL_ANSWERS if p == "trainer.default_local_dir"
+    assert verl_answer("trainer.use_legacy_worker_impl") == next(
+        a for p, a in VERL_ANSWERS if p == "trainer.use_legacy_worker_impl"
     )
-    assert verl_answer("trainer.default_local_dir.x") is None
+    assert verl_answer("trainer.use_legacy_worker_impl.x") is None
     assert verl_answer("no.such.key") is None
 
 
-def test_the_docs_table_shows_every_rule_in_order():
+def test_the_docs_section_is_rendered_from_the_rules():
     doc = (Path(__file__).resolve().parents[2] / "docs" / "CONFIG.md").read_text()
-    section = doc.split("\n## Coming from verl\n", 1)[1].split("\n## ", 1)[0]
-    rows = [line for line in section.splitlines() if line.startswith("| `")]
-    table = [
-        tuple(cell.strip().replace("`", "").replace("\\|", "|") for cell in re.split(r"(?<!\\)\|", row)[1:3])
-        for row in rows
-    ]
-    assert table == list(VERL_ANSWERS), "docs/CONFIG.md's 'Coming from verl' table differs from VERL_ANSWERS"
-    same = sum(key in set(leaf_keys(Config)) for key in VERL_KEYS)
-    counts = f"{same} of the {len(VERL_KEYS)} keys work unchanged"
-    assert counts in " ".join(section.split()), f"docs/CONFIG.md's 'Coming from verl' should say: {counts}"
-    rules = f"The other {len(VERL_KEYS) - same} keys are answered by the {len(VERL_ANSWERS)} rules below"
-    assert rules in " ".join(section.split()), f"docs/CONFIG.md's 'Coming from verl' should say: {rules}"
+    section = "## Coming from verl\n" + doc.split("\n## Coming from verl\n", 1)[1]
+    assert section == render_section(), (
+        "docs/CONFIG.md's 'Coming from verl' differs from the rules: regenerate it with "
+        "python -m hybridrl.config.compat.verl.render (it is the page's last section)"
+    )
+
+
+def test_every_rename_is_a_rule_onto_a_hybridrl_key_with_valid_values():
+    patterns = {p for p, _ in VERL_ANSWERS}
+    for verl_key, (target, values) in RENAMES.items():
+        assert verl_key in patterns, f"rename {verl_key} has no rule (and so no answer in the docs)"
+        assert target in HYBRIDRL_KEYS, f"rename {verl_key} -> {target}: not a hybridrl key"
+        for verl_value, ours in (values or {verl_key: None}).items():
+            if values is None:
+                continue
+            load_config([f"{target}={str(ours).lower() if isinstance(ours, bool) else ours}"])  # a valid value
+            assert verl_rule(verl_key).apply(verl_key, verl_value).target == target
+
+
+def test_off_values_are_accepted_and_others_refused():
+    ulysses = "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size"
+    assert verl_rule(ulysses).apply(ulysses, 1).refusal is None  # verl's default: off there too
+    assert "Ulysses" in verl_rule(ulysses).apply(ulysses, 2).refusal
+    lora = "actor_rollout_ref.model.lora_rank"
+    assert verl_rule(lora).apply(lora, 0).refusal is None
+    assert verl_rule(lora).apply(lora, None).refusal is None
+    assert "LoRA" in verl_rule(lora).apply(lora, 32).refusal
+    legacy = "trainer.use_legacy_worker_impl"
+    assert verl_rule(legacy).kind == RuleKind.IGNORED
+    assert verl_rule(legacy).apply(legacy, "disable").refusal is None
+
+
+def test_verl_fsdp_config_sections_and_off_values_load_as_written(caplog):
+    with caplog.at_level("INFO", logger="hybridrl"):
+        cfg = load_config(
+            [
+                "actor_rollout_ref.actor.fsdp_config.param_offload=True",
+                "actor_rollout_ref.actor.fsdp_config.optimizer_offload=True",
+                "actor_rollout_ref.actor.fsdp_config.reshard_after_forward=False",
+                "actor_rollout_ref.actor.fsdp_config.model_dtype=bf16",
+                "actor_rollout_ref.actor.fsdp_config.strategy=fsdp2",
+                "actor_rollout_ref.actor.fsdp_config.fsdp_size=-1",
+                "actor_rollout_ref.actor.ulysses_sequence_parallel_size=1",
+                "actor_rollout_ref.actor.ppo_micro_batch_size=null",
+                "actor_rollout_ref.rollout.log_prob_micro_batch_size=null",
+                "actor_rollout_ref.ref.fsdp_config.param_offload=True",
+                "critic.model.fsdp_config.param_offload=True",
+                "critic.model.fsdp_config.optimizer_offload=True",
+                "trainer.use_legacy_worker_impl=auto",
+                "actor_rollout_ref.rollout.mode=async",
+                "data.return_raw_chat=True",
+                "actor_rollout_ref.rollout.multi_turn.format=hermes",
+            ]
+        )
+    actor = cfg.actor_rollout_ref.actor
+    assert actor.fsdp.param_offload and actor.fsdp.optimizer_offload
+    assert actor.fsdp.sharding_strategy == "SHARD_GRAD_OP" and actor.fsdp.model_dtype == "bfloat16"
+    assert actor.strategy == "fsdp"
+    assert cfg.actor_rollout_ref.ref.param_offload
+    assert cfg.critic.fsdp.param_offload and cfg.critic.fsdp.optimizer_offload
+    assert "actor_rollout_ref.actor.fsdp_config.param_offload=True -> actor_rollout_ref.actor.fsdp.param_offload" in (
+        caplog.text
+    )
+    assert "trainer.use_legacy_worker_impl=auto" in caplog.text  # accepted, and said once
+
+
+def test_every_refusal_comes_at_once_each_with_its_answer():
+    with pytest.raises(ConfigError) as info:
+        load_config(
+            [
+                "actor_rollout_ref.model.lora_rank=8",
+                "critic.model.fsdp_config.fsdp_size=4",
+                "actor_rollout_ref.ref.fsdp_config.ulysses_sequence_parallel_size=2",
+                "trainer.total_stepz=3",
+                "data.train_batch_size=abc",
+            ]
+        )
+    lines = str(info.value).splitlines()
+    assert lines[0].startswith("5 config problems"), lines
+    assert any("lora_rank=8" in line and "LoRA" in line for line in lines)
+    assert any(
+        "critic.model.fsdp_config.fsdp_size=4" in line and "critic.fsdp.shard_group_size" in line for line in lines
+    )
+    assert any("ref.fsdp_config.ulysses_sequence_parallel_size=2" in line and "Ulysses" in line for line in lines)
+    assert any("'trainer.total_stepz'. Did you mean 'trainer.total_steps'" in line for line in lines)
+    assert any("'data.train_batch_size'" in line for line in lines)
+
+
+def test_the_nested_verl_key_is_answered_not_its_section():
+    with pytest.raises(ConfigError, match=r"'actor_rollout_ref.actor.fsdp_config.wrap_policy.min_num_params=100'"):
+        load_config(["actor_rollout_ref.actor.fsdp_config.wrap_policy.min_num_params=100"])

@@ -63,16 +63,19 @@ def test_verl_quickstart_command_line(tmp_path, engine):
             "trainer.save_freq=10",
             "trainer.test_freq=10",
             "trainer.total_epochs=2",  # 15
-            f"trainer.output_dir={out}",  # verl: trainer.default_local_dir
+            f"trainer.output_dir={out}",  # the run directory (metrics, trace); verl has none
+            f"trainer.default_local_dir={out}/ckpt",  # verl's checkpoint directory
             "trainer.ray.include_dashboard=false",
         ]
     )
     assert code == 0
     summary = json.loads((out / "summary.json").read_text())
-    assert not (out / "metrics.jsonl").exists()  # trainer.logger=console, as typed: console only
+    assert (out / "metrics.jsonl").exists()  # the run's record, whatever trainer.logger says (console here)
     placement = json.loads((out / "placement.json").read_text())
     assert [len(group["ranks"]) for group in placement.values()] == [1]  # n_gpus_per_node x nnodes workers
     # the one worker gets all of the local cluster's CPUs (the machine's cores) as torch threads
     assert next(iter(placement.values()))["ranks"][0]["torch_threads"] == os.cpu_count()
-    assert (out / "checkpoints" / "global_step_4").exists()  # 2 epochs x 8 prompts / 4 per step
+    step = out / "ckpt" / "global_step_4"  # 2 epochs x 8 prompts / 4 per step, in verl's layout
+    assert (step / "actor").is_dir() and (step / "critic").is_dir()
+    assert (out / "ckpt" / "latest_checkpointed_iteration.txt").read_text() == "4"
     assert summary["window"] >= 1

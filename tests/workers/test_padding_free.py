@@ -100,12 +100,15 @@ def test_matches_the_padded_fixed_row_path(tmp_path, padded, world, layout):
             ],
             r"drop parallel_config.megatron.pp_microbatches",
         ),
-        (
-            ["actor_rollout_ref.model.use_fused_kernels=true", "actor_rollout_ref.actor.strategy=megatron"],
-            r"use_fused_kernels=true needs actor.strategy=fsdp",
-        ),
     ],
 )
 def test_bad_budgets_are_refused_before_launch(overrides, message):
     with pytest.raises(ConfigError, match=message):
         load_and_check(overrides)
+
+
+def test_fused_kernels_on_megatron_fall_back_to_logits_with_a_warning(caplog):
+    # verl's megatron scripts set use_fused_kernels=true: the run goes on, scoring from the (vocabulary-split) logits
+    with caplog.at_level("WARNING"):
+        load_and_check(["actor_rollout_ref.model.use_fused_kernels=true", "actor_rollout_ref.actor.strategy=megatron"])
+    assert "compute log-probs from the logits" in caplog.text

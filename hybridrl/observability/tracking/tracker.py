@@ -1,4 +1,5 @@
-"""Where metrics go: the console (progress bar + one line per step) and metrics.jsonl."""
+"""Where metrics go: metrics.jsonl (always: the run record that ``report`` and resume read), the console
+(progress bar + verl's per-step line), tensorboard, wandb and mlflow."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from tqdm import tqdm
 
 from hybridrl.config.loader import to_dict
 from hybridrl.config.schema import Config
-from hybridrl.observability.tracking.optional import MlflowTracker, WandbTracker
+from hybridrl.observability.tracking.optional import MissingTrackerError, MlflowTracker, WandbTracker
 
 logger = logging.getLogger("hybridrl.train")
 
@@ -65,20 +66,29 @@ class ConsoleTracker:
         score = metrics.get("critic/score/mean", float("nan"))
         length = metrics.get("response_length/mean", float("nan"))
         phases = " ".join(f"{label} {metrics[key]:.2f}s" for key, label in CONSOLE_PHASES if key in metrics)
-        line = (
+        summary = (
             f"step {step} | score {score:.3f} | resp_len {length:.1f} | {phases} | "
             f"step {metrics.get('timing_s/step', float('nan')):.2f}s" + (f" | val {val}" if val else "")
         )
+        # verl's line (every metric) first, for verl users' eyes and log parsers; then the short summary.
         if self.bar is not None:
             self.bar.set_postfix(score=f"{score:.3f}", len=f"{length:.1f}")
             self.bar.update(1)
-            self.bar.write(line)
+            self.bar.write(verl_line(metrics, step))
+            self.bar.write(summary)
         else:
-            logger.info(line)
+            logger.info("%s", verl_line(metrics, step))
+            logger.info(summary)
 
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+
+
+def verl_line(metrics: dict[str, Any], step: int) -> str:
+    """verl's console line: ``step:N - key:value - ...``, every metric, numbers to three decimals."""
+    parts = [f"{k}:{v:.3f}" if isinstance(v, float) else f"{k}:{v}" for k, v in metrics.items()]
+    return f"step:{step} - " + " - ".join(parts)
 
 
 class Tracker:
@@ -87,24 +97,30 @@ class Tracker:
     def __init__(self, backends: list[str], output_dir: Path, cfg: Config, resume_step: int | None = None) -> None:
         self.backends: list[Any] = []
         trainer = cfg.trainer
+        # metrics.jsonl is the run's record (report, resume and the learning summary read it): written
+        # whatever trainer.logger selects; "jsonl" there is accepted and changes nothing.
+        self.backends.append(JsonlTracker(output_dir / "metrics.jsonl", resume_step))
         if "console" in backends:
             self.backends.append(ConsoleTracker(trainer.total_steps, trainer.progress_bar))
-        if "jsonl" in backends:
-            self.backends.append(JsonlTracker(output_dir / "metrics.jsonl", resume_step))
         if "tensorboard" in backends:
             from hybridrl.observability.tracking.tensorboard import TensorBoardTracker  # noqa: PLC0415 - torch + tensorboard, only when selected
 
             self.backends.append(TensorBoardTracker(output_dir / "tensorboard"))
         if "wandb" in backends or "mlflow" in backends:
             config = to_dict(cfg)
-            if "wandb" in backends:
-                self.backends.append(
-                    WandbTracker(trainer.project_name, trainer.experiment_name, config, str(output_dir))
-                )
-            if "mlflow" in backends:
-                self.backends.append(
-                    MlflowTracker(trainer.project_name, trainer.experiment_name, config, str(output_dir / "mlruns"))
-                )
+            optional = {
+                "wandb": lambda: WandbTracker(trainer.project_name, trainer.experiment_name, config, str(output_dir)),
+                "mlflow": lambda: MlflowTracker(
+                    trainer.project_name, trainer.experiment_name, config, str(output_dir / "mlruns")
+                ),
+            }
+            for name, make in optional.items():
+                if name not in backends:
+                    continue
+                try:
+                    self.backends.append(make())
+                except MissingTrackerError as exc:  # a missing extra costs the run nothing: one warning
+                    logger.warning("%s; the run goes on without it (metrics.jsonl has every metric).", exc)
 
     def log(self, metrics: dict[str, Any], step: int) -> None:
         for backend in self.backends:

@@ -1,1 +1,1 @@
-"""verl compatibility: verl's config keys (``key_list.txt``) and hybridrl's answer to each (``keys.py``)."""
+"""verl compatibility: verl's config keys and defaults (``defaults.yaml``) and the rules for each (``keys.py``)."""
