@@ -4,8 +4,9 @@ substitution table (tests/verl_corpus/substitutions.yaml) swaps paths and sizes 
 each ends. Each script runs once as written, except:
 
 - vLLM lines run with actor_rollout_ref.rollout.name=hf where vLLM is not installed (the main suite), and as
-  written in .venv-vllm only where corpus.yaml marks them ``vllm_ci`` (a 1-step vLLM run costs ~40 s on
-  2 CPU cores: two representative lines keep the suite within its time);
+  written in .venv-vllm only where corpus.yaml marks them ``vllm_ci`` (a 1-step vLLM run costs 12-20 s on
+  2 CPU cores: four representative lines, PPO with a critic, GRPO, dynamic batch sizes, DAPO, keep the
+  suite within its time);
 - SGLang and TensorRT-LLM lines (``also_hf``) must end in their one line as written, and run with hf too."""
 
 from __future__ import annotations
