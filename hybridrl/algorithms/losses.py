@@ -21,6 +21,8 @@ __all__ = [
     "POLICY_LOSSES",
     "compute_policy_loss",
     "compute_policy_loss_gspo",
+    "compute_policy_loss_cispo",
+    "compute_policy_loss_geo_mean",
     "get_policy_loss",
     "compute_kl_loss",
     "compute_value_loss",
@@ -253,11 +255,87 @@ def compute_policy_loss_gspo(
     return _policy_loss_outputs(pg_losses, pg_clipfrac, pg_clipfrac_lower, log_ratio, valid, loss_agg_mode, is_weights)
 
 
+def _masked_log_ratio(
+    old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor, response_mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """valid [B, T] bool, detached advantages and the log-prob zero at padding, and log(pi / pi_old) clamped."""
+    valid = response_mask.to(log_prob.device).bool()
+    zero = torch.zeros((), dtype=log_prob.dtype, device=log_prob.device)
+    adv = torch.where(valid, advantages.to(log_prob.dtype), zero).detach()
+    lp = torch.where(valid, log_prob, zero)  # padding selected out (even NaN)
+    log_ratio = torch.where(valid, lp - old_log_prob.detach(), zero)
+    return valid, adv, lp, torch.clamp(log_ratio, min=-_LOG_RATIO_CLAMP, max=_LOG_RATIO_CLAMP)
+
+
+def compute_policy_loss_cispo(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    clip_ratio_low: float = 0.2,
+    clip_ratio_high: float = 0.2,
+    clip_ratio_c: float | None = None,
+    loss_agg_mode: str = "token-mean",
+    is_weights: torch.Tensor | None = None,
+) -> dict[str, torch.Tensor]:
+    """CISPO (MiniMax 2025, MiniMax-M1): clip the importance weight, not the update. Per token the loss is
+    -sg(clip(ratio, 1 - low, 1 + high)) * A * log_prob, so every token keeps a gradient (PPO's clip drops
+    the tokens past the range, often the rare reflective ones) and the clipped, detached weight only scales
+    it. Where the ratio is inside the range the gradient equals PPO's (d ratio / d log_prob = ratio).
+    ``clip_ratio_c`` has no role here (there is no unbounded term to cap); ``pg_clipfrac_lower`` is 0."""
+    valid, adv, lp, log_ratio = _masked_log_ratio(old_log_prob, log_prob, advantages, response_mask)
+    ratio = torch.exp(log_ratio)  # [B, T]
+    weight = torch.clamp(ratio, 1.0 - clip_ratio_low, 1.0 + clip_ratio_high).detach()
+    pg_losses = -weight * adv * lp  # [B, T]
+    clipfrac = masked_mean(torch.ne(ratio, weight).to(ratio.dtype), valid)
+    zero = torch.zeros((), dtype=ratio.dtype, device=ratio.device)
+    return _policy_loss_outputs(pg_losses, clipfrac, zero, log_ratio, valid, loss_agg_mode, is_weights)
+
+
+def compute_policy_loss_geo_mean(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    clip_ratio_low: float = 0.4,
+    clip_ratio_high: float = 0.4,
+    clip_ratio_c: float | None = None,
+    loss_agg_mode: str = "seq-mean-token-mean",
+    is_weights: torch.Tensor | None = None,
+) -> dict[str, torch.Tensor]:
+    """GMPO (Zhao et al. 2025, Geometric-Mean Policy Optimization): each sequence's ratio is the geometric
+    mean of its token ratios, exp(mean_t clip(log r_t)), so one outlier token moves it far less than it moves
+    GRPO's arithmetic mean. The clip acts on log r_t in [-low, high] and, as PPO's, only where it lowers the
+    objective (sign(A) * log r_t is capped). Loss per sequence: -A_i * r_i with A_i the sequence's mean
+    token advantage; sequences count equally (GMPO's mean over sequences, whatever ``loss_agg_mode``).
+    ``is_weights`` enter as their geometric mean per sequence. ``clip_ratio_c`` has no role here."""
+    valid, adv, lp, log_ratio = _masked_log_ratio(old_log_prob, log_prob, advantages, response_mask)
+    # value: the clamped log-ratio; gradient through log_prob (log_ratio's own is detached at old_log_prob)
+    log_ratio_grad = torch.where(valid, lp - old_log_prob.detach(), torch.zeros_like(lp))
+    sign = torch.sign(adv)
+    clipped = torch.clamp(log_ratio_grad, -clip_ratio_low, clip_ratio_high)
+    capped = sign * torch.minimum(sign * log_ratio_grad, sign * clipped)  # [B, T]
+    seq_ratio = torch.exp(masked_mean(capped, valid, dim=-1))  # [B]
+    seq_adv = masked_mean(adv, valid, dim=-1)  # [B]
+    seq_loss = -seq_adv * seq_ratio  # [B]
+    if is_weights is not None:
+        log_w = torch.log(is_weights.to(seq_loss.dtype).clamp_min(1e-10))
+        seq_loss = seq_loss * torch.exp(masked_mean(log_w, valid, dim=-1))
+    # one value per sequence on each of its tokens: the per-row token mean is the sequence's loss
+    pg_losses = seq_loss.unsqueeze(-1).expand_as(lp)
+    hit = torch.ne(log_ratio_grad, clipped)
+    clipfrac = masked_mean((hit & (adv > 0)).to(lp.dtype), valid)
+    clipfrac_lower = masked_mean((hit & (adv < 0)).to(lp.dtype), valid)
+    return _policy_loss_outputs(pg_losses, clipfrac, clipfrac_lower, log_ratio, valid, "seq-mean-token-mean", None)
+
+
 PolicyLossFn = Callable[..., "dict[str, torch.Tensor]"]
 
 POLICY_LOSSES: dict[str, PolicyLossFn] = {
     "vanilla": compute_policy_loss,
     "gspo": compute_policy_loss_gspo,
+    "cispo": compute_policy_loss_cispo,
+    "geo_mean": compute_policy_loss_geo_mean,
 }
 
 

@@ -154,7 +154,11 @@ class OptimConfig:
 
 @dataclass(frozen=True)
 class PolicyLossConfig:
-    loss_mode: str = doc("vanilla", "vanilla (token-level PPO ratio) | gspo (sequence-level ratio, Zheng et al. 2025)")
+    loss_mode: str = doc(
+        "vanilla",
+        "vanilla (token-level PPO ratio) | gspo (sequence-level ratio, Zheng et al. 2025) | cispo (clipped, "
+        "detached importance weights, MiniMax 2025) | geo_mean (GMPO: geometric mean of token ratios, Zhao et al. 2025)",
+    )
 
 
 # -- roles -----------------------------------------------------------------------------------------

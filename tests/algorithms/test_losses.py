@@ -329,7 +329,7 @@ def test_kl_penalty_unknown_kind():
 def test_policy_loss_registry():
     assert get_policy_loss("vanilla") is compute_policy_loss
     assert get_policy_loss("gspo") is compute_policy_loss_gspo
-    assert set(POLICY_LOSSES) == {"vanilla", "gspo"}
+    assert set(POLICY_LOSSES) == {"vanilla", "gspo", "cispo", "geo_mean"}
     with pytest.raises(ValueError, match="gspo") as info:
         get_policy_loss("ppo2")
     assert "vanilla" in str(info.value) and "ppo2" in str(info.value)
@@ -552,3 +552,60 @@ def test_kl_loss_agg_mode_and_unknown_kind():
     assert loss.item() == pytest.approx((-1 / 6 - 0.2) / 2)
     with pytest.raises(ValueError, match="low_var_kl"):
         compute_kl_loss(t(KL_LP), t(KL_REF), torch.tensor(KL_MASK), "full")
+
+
+# -- CISPO and GMPO (verl's cispo and geo_mean loss modes) ------------------------------------------------
+
+
+def _two_rows():
+    old = torch.zeros(2, 3)
+    new = torch.tensor([[0.1, -0.5, 0.0], [0.05, 0.3, 0.0]], requires_grad=True)
+    adv = torch.tensor([[1.0, 1.0, 1.0], [-2.0, -2.0, -2.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
+    return old, new, adv, mask
+
+
+def test_cispo_keeps_a_gradient_on_clipped_tokens_scaled_by_the_clipped_weight():
+    old, new, adv, mask = _two_rows()
+    out = get_policy_loss("cispo")(
+        old, new, adv, mask, clip_ratio_low=0.2, clip_ratio_high=0.2, loss_agg_mode="seq-mean-token-sum"
+    )
+    out["pg_loss"].backward()
+    ratio = torch.exp(new.detach() - old)
+    weight = ratio.clamp(0.8, 1.2)
+    assert torch.allclose(new.grad, -weight * adv * mask / 2)  # every valid token, clipped too (-0.5: 0.8 x A)
+    assert new.grad[0, 1] != 0  # PPO's clip would drop this token's gradient
+    assert out["pg_clipfrac"].item() == pytest.approx(2 / 5)  # log-ratios -0.5 and 0.3 fall outside [0.8, 1.2]
+
+
+def test_cispo_gradient_equals_ppos_inside_the_clip_range():
+    old, new, adv, mask = _two_rows()
+    small = (new.detach() * 0.1).requires_grad_(True)  # every ratio inside [0.8, 1.2]
+    cispo = get_policy_loss("cispo")(old, small, adv, mask, loss_agg_mode="token-mean")["pg_loss"]
+    (g_cispo,) = torch.autograd.grad(cispo, small)
+    ppo = get_policy_loss("vanilla")(old, small, adv, mask, loss_agg_mode="token-mean")["pg_loss"]
+    (g_ppo,) = torch.autograd.grad(ppo, small)
+    assert torch.allclose(g_cispo, g_ppo)
+
+
+def test_gmpo_sequence_ratio_is_the_geometric_mean_of_clipped_token_ratios():
+    old, new, adv, mask = _two_rows()
+    out = get_policy_loss("geo_mean")(old, new, adv, mask, clip_ratio_low=0.4, clip_ratio_high=0.4)
+    # row 0 (A = 1 > 0): log-ratios 0.1 and -0.5, the low side is not capped for A > 0 -> mean -0.2
+    # row 1 (A = -2 < 0): 0.05, 0.3, 0.0 inside the range -> mean 0.35 / 3
+    expected = (-(1.0) * math.exp(-0.2) + 2.0 * math.exp(0.35 / 3)) / 2
+    assert out["pg_loss"].item() == pytest.approx(expected, rel=1e-6)
+    out["pg_loss"].backward()
+    # d/d new_t of -A_i exp(mean_t x_t) / 2 = -A_i r_i / (2 |y_i|) on each of the row's tokens
+    assert new.grad[0, 0].item() == pytest.approx(-math.exp(-0.2) / 4, rel=1e-6)
+    assert new.grad[0, 2].item() == 0.0  # padding
+
+
+def test_gmpo_caps_the_log_ratio_where_it_would_raise_the_objective():
+    old = torch.zeros(1, 2)
+    new = torch.tensor([[1.0, 0.0]], requires_grad=True)  # log-ratio 1.0 > high = 0.4 with A > 0: capped
+    out = get_policy_loss("geo_mean")(old, new, torch.ones(1, 2), torch.ones(1, 2))
+    assert out["pg_loss"].item() == pytest.approx(-math.exp(0.2), rel=1e-6)
+    out["pg_loss"].backward()
+    assert new.grad[0, 0].item() == 0.0  # the capped token gives no gradient, as PPO's clip
+    assert out["pg_clipfrac"].item() == pytest.approx(0.5)

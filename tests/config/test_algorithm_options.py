@@ -57,7 +57,7 @@ def test_roles_not_needed_need_no_pool():
         ),
         (
             ["actor_rollout_ref.actor.policy_loss.loss_mode=ppo2"],
-            r"loss_mode='ppo2' is not valid; choose one of: gspo, vanilla",
+            r"loss_mode='ppo2' is not valid; choose one of: cispo, geo_mean, gspo, vanilla",
         ),
         (["actor_rollout_ref.actor.clip_ratio_c=1.0"], r"clip_ratio_c=1.0 must be > 1"),
         (["actor_rollout_ref.actor.kl_loss_type=k9"], r"kl_loss_type='k9' is not valid"),
