@@ -149,6 +149,11 @@ def main() -> None:
         )
         engine = build_rollout_engine(RolloutConfig(), EngineSite(**build_kwargs))
         engine.load_weights(source.named_parameters())
+        # The GPU mode (rollout.enforce_eager=false: static cache, generate compiles the decode step), CUDA only.
+        compiled = None
+        if device.type == "cuda":
+            compiled = build_rollout_engine(RolloutConfig(enforce_eager=False), EngineSite(**build_kwargs))
+            compiled.load_weights(source.named_parameters())
         sync(device)
         engine_model = getattr(engine, "model", None)
         rows_per_call = getattr(engine, "rows_per_call", None)
@@ -165,6 +170,11 @@ def main() -> None:
 
         def run_engine(ids: torch.Tensor, mask: torch.Tensor, seed: int, new_tokens: int) -> int:
             res = engine.generate(ids, mask, max_new_tokens=new_tokens, sampling=sampling, seed=seed)
+            return int(res["response_mask"].sum())
+
+        def run_compiled(ids: torch.Tensor, mask: torch.Tensor, seed: int, new_tokens: int) -> int:
+            assert compiled is not None
+            res = compiled.generate(ids, mask, max_new_tokens=new_tokens, sampling=sampling, seed=seed)
             return int(res["response_mask"].sum())
 
         def run_plain(ids: torch.Tensor, mask: torch.Tensor, seed: int, new_tokens: int) -> int:
@@ -185,7 +195,12 @@ def main() -> None:
                 )
             return int((res.shape[1] - ids.shape[1]) * res.shape[0])
 
-        engines = (("hybridrl_hf_engine", run_engine), ("plain_generate", run_plain))
+        engines: tuple[tuple[str, Callable[[torch.Tensor, torch.Tensor, int, int], int]], ...] = (
+            ("hybridrl_hf_engine", run_engine),
+            ("plain_generate", run_plain),
+        )
+        if compiled is not None:
+            engines += (("hybridrl_hf_engine_compiled", run_compiled),)
         for scenario in args.scenarios.split(","):
             distinct = args.prompts if scenario == "distinct" else max(1, args.prompts // args.n)
             ids, mask = prompts(args.prompts, distinct, args.prompt_min, args.prompt_max, shape["vocab_size"], seed=1)
@@ -265,6 +280,9 @@ def main() -> None:
             e, p = entry.get("hybridrl_hf_engine", {}), entry.get("plain_generate", {})
             if "tokens_per_s" in e and "tokens_per_s" in p:
                 entry["engine_over_plain"] = e["tokens_per_s"] / p["tokens_per_s"]
+            c = entry.get("hybridrl_hf_engine_compiled", {})
+            if "tokens_per_s" in c and "tokens_per_s" in p:
+                entry["compiled_over_plain"] = c["tokens_per_s"] / p["tokens_per_s"]
             save()
     save()
     print(json.dumps(result, indent=1, default=str)[:4000])

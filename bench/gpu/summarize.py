@@ -230,6 +230,7 @@ def main() -> None:
         rows = []
         for sc, e in gen["scenarios"].items():
             eng, plain = e.get("hybridrl_hf_engine", {}), e.get("plain_generate", {})
+            comp = e.get("hybridrl_hf_engine_compiled", {})
 
             def rate(r: dict[str, Any]) -> str:
                 return (
@@ -244,10 +245,23 @@ def main() -> None:
                     rate(eng),
                     rate(plain),
                     fmt(e.get("engine_over_plain"), ".2f"),
+                    rate(comp) if comp else "-",
+                    fmt(e.get("compiled_over_plain"), ".2f"),
                     f"{fmt(eng.get('ms_per_decode_step'), '.2f')} / {fmt(plain.get('ms_per_decode_step'), '.2f')}",
                 ]
             )
-        lines += table(["scenario", "engine tok/s", "plain tok/s", "ratio", "ms/step (engine / plain)"], rows)
+        lines += table(
+            [
+                "scenario",
+                "engine tok/s",
+                "plain tok/s",
+                "ratio",
+                "compiled engine tok/s (enforce_eager=false)",
+                "ratio",
+                "ms/step (engine / plain)",
+            ],
+            rows,
+        )
     else:
         lines.append(f"gen: {cell(gen, 400)}")
 

@@ -260,7 +260,11 @@ class RolloutConfig:
     max_num_seqs: int = doc(1024, "vllm, sglang: sequences generated at once per replica")
     enable_chunked_prefill: bool = doc(True, "vllm, sglang: split long prefills into max_num_batched_tokens chunks")
     enable_prefix_caching: bool = doc(True, "vllm, sglang: share the KV cache of a prompt's n samples")
-    enforce_eager: bool = doc(True, "vllm, sglang: no CUDA graphs (faster start, slower decode)")
+    enforce_eager: bool = doc(
+        True,
+        "no CUDA graphs (faster start, slower decode): vllm, sglang; hf: false = on CUDA a static KV cache "
+        "and a compiled decode step",
+    )
     load_format: str = doc(
         "dummy", "vllm, sglang: dummy = random weights until the first hand-over; auto = read the checkpoint too"
     )

@@ -1,8 +1,9 @@
 import torch
 
-from hybridrl.config.schema import SamplingConfig
+from hybridrl.config.schema import RolloutConfig, SamplingConfig
 from hybridrl.engine import prompt_sharing
 from hybridrl.generation.engines.base import position_ids_from, response_mask_from
+from hybridrl.generation.engines.factory import hf_static_cache
 from hybridrl.generation.engines.hf import HFRolloutEngine
 from hybridrl.models.loader import load_causal_lm, load_tokenizer
 from hybridrl.models.tiny import ensure_tiny_model
@@ -114,3 +115,21 @@ def test_rows_sharing_a_prompt_prefill_it_once_and_sample_as_before(tmp_path, mo
     assert torch.equal(shared["responses"], plain["responses"])
     assert len({tuple(r) for r in shared["responses"].tolist()}) > 3  # the samples of a prompt differ
     torch.testing.assert_close(shared["rollout_log_probs"], plain["rollout_log_probs"], atol=1e-5, rtol=0)
+
+
+def test_static_cache_mode_generates_what_the_dynamic_cache_does(tmp_path):
+    """The GPU mode's cache (compiled only on CUDA) changes where keys live, not what is sampled."""
+    dynamic, tok = _tiny_engine(tmp_path)
+    static, _ = _tiny_engine(tmp_path, static_cache=True)
+    enc = tok(["12=", "3=", "456="], padding=True, return_tensors="pt", add_special_tokens=False)
+    kwargs = dict(max_new_tokens=6, sampling=SamplingConfig(True, 0.9, 0, 1.0), seed=5)
+    a = dynamic.generate(enc["input_ids"], enc["attention_mask"], **kwargs)
+    b = static.generate(enc["input_ids"], enc["attention_mask"], **kwargs)
+    assert torch.equal(a["responses"], b["responses"])
+    torch.testing.assert_close(a["rollout_log_probs"], b["rollout_log_probs"], atol=1e-5, rtol=0)
+
+
+def test_static_cache_mode_is_asked_for_with_enforce_eager_false_and_taken_on_cuda_only():
+    assert hf_static_cache(RolloutConfig(enforce_eager=False), torch.device("cuda"))
+    assert not hf_static_cache(RolloutConfig(enforce_eager=True), torch.device("cuda"))
+    assert not hf_static_cache(RolloutConfig(enforce_eager=False), torch.device("cpu"))
