@@ -26,6 +26,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     export = sub.add_parser("export", help="write a checkpoint's actor as a Hugging Face model directory")
     export.add_argument("checkpoint_dir", help="<trainer.default_local_dir>/global_step_<k>")
     export.add_argument("out_dir")
+    export.add_argument(
+        "--adapter",
+        action="store_true",
+        help="LoRA runs: write the adapters as a PEFT adapter directory instead of the merged model",
+    )
     report = sub.add_parser("report", help="write a self-contained HTML report of a finished (or running) run")
     report.add_argument("run_dir", help="the run's output directory (trainer.output_dir)")
     report.add_argument("--out", default=None, help="where to write the HTML (default: RUN_DIR/report.html)")
@@ -38,7 +43,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "report":
         return _report(args.run_dir, args.out)
     if args.command == "export":
-        return _export(args.checkpoint_dir, args.out_dir)
+        return _export(args.checkpoint_dir, args.out_dir, args.adapter)
     try:
         cfg = load_and_check(args.overrides, yaml_path=args.config)
     except ConfigError as exc:
@@ -63,11 +68,11 @@ def _report(run_dir: str, out: str | None) -> int:
     return 0
 
 
-def _export(checkpoint_dir: str, out_dir: str) -> int:
+def _export(checkpoint_dir: str, out_dir: str, adapter: bool = False) -> int:
     from hybridrl.checkpoint.export import export_actor  # noqa: PLC0415 - torch and transformers: only for `export`
 
     try:
-        written = export_actor(checkpoint_dir, out_dir)
+        written = export_actor(checkpoint_dir, out_dir, adapter)
     except (FileNotFoundError, ValueError) as exc:
         sys.stderr.write(f"Export error: {exc}\n")
         return 2

@@ -40,11 +40,17 @@ def ref_enabled(cfg: Config) -> bool:
     return bool(cfg.algorithm.use_kl_in_reward or cfg.actor_rollout_ref.actor.use_kl_loss)
 
 
+def ref_in_actor(cfg: Config) -> bool:
+    """With LoRA the reference policy is the actor's base model, its adapters off: the actor's workers
+    compute the reference log-probs, and no reference model is built."""
+    return ref_enabled(cfg) and cfg.actor_rollout_ref.model.lora_rank > 0
+
+
 def active_roles(cfg: Config) -> list[str]:
     roles = ["actor_rollout"]
     if critic_enabled(cfg):
         roles.append("critic")
-    if ref_enabled(cfg):
+    if ref_enabled(cfg) and not ref_in_actor(cfg):
         roles.append("ref")
     if cfg.reward_model.enable:
         roles.append("reward_model")

@@ -63,6 +63,10 @@ class ActorRolloutClient(RoleClient):
         """``compute_log_prob`` as a step's forward pass (``run_forward_passes``)."""
         return ForwardPass("old_log_prob", self, ActorRolloutRole.compute_log_prob)
 
+    def ref_pass(self) -> ForwardPass:
+        """The reference log-probs from the actor's base model, adapters off (LoRA: ``ref_in_actor``)."""
+        return ForwardPass("ref", self, ActorRolloutRole.compute_ref_log_prob)
+
     def rollout_log_probs_exact(self) -> list[bool]:
         """Per rank: whether its generation engine's log-probs are the trainer's up to float rounding."""
         return self._all(ActorRolloutRole.rollout_log_probs_exact)

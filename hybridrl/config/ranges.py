@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from hybridrl.config.choices import Precision
+from hybridrl.config.choices import Precision, Strategy
 from hybridrl.config.errors import fail as _fail
 from hybridrl.config.schema import Config, OptimConfig, TinyModelConfig
 
@@ -23,6 +23,7 @@ def check_ranges(cfg: Config) -> None:
     _check_losses(cfg)
     _check_rewards(cfg)
     _check_cluster(cfg)
+    _check_lora(cfg)
     if cfg.actor_rollout_ref.model.path is None:
         _check_tiny_model(cfg.actor_rollout_ref.model.tiny)
 
@@ -126,6 +127,24 @@ def _check_sampling(cfg: Config) -> None:
             _fail(f"{section}.top_k={sampling.top_k} must be >= 0 (0 or -1 = off).")
         if sampling.do_sample and not sampling.temperature > 0:
             _fail(f"{section}.temperature={sampling.temperature} must be > 0 (use do_sample=false for greedy).")
+
+
+def _check_lora(cfg: Config) -> None:
+    model, actor = cfg.actor_rollout_ref.model, cfg.actor_rollout_ref.actor
+    if model.lora_rank < 0:
+        _fail(f"actor_rollout_ref.model.lora_rank={model.lora_rank} must be >= 0 (0 = no LoRA).")
+    if model.lora_rank == 0:
+        return
+    if model.lora_alpha <= 0:
+        _fail(
+            f"actor_rollout_ref.model.lora_alpha={model.lora_alpha} must be > 0 (the update is scaled by alpha/rank)."
+        )
+    if actor.strategy == Strategy.megatron:
+        _fail(
+            f"actor_rollout_ref.model.lora_rank={model.lora_rank} with actor.strategy=megatron: LoRA on tensor- and "
+            f"pipeline-parallel layers is not supported yet; use actor_rollout_ref.actor.strategy=fsdp (adapters "
+            f"are sharded with the base) or lora_rank=0."
+        )
 
 
 def _check_losses(cfg: Config) -> None:

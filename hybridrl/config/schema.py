@@ -73,6 +73,16 @@ class ModelConfig:
     use_fused_kernels: bool = doc(
         False, "actor and reference: log-probs and entropy from the hidden states in chunks, never the logits"
     )
+    lora_rank: int = doc(
+        0,
+        "actor: LoRA adapters of this rank (PEFT) on the target modules, the base frozen; 0 = train the whole "
+        "model. The reference policy is then the actor without its adapters (no second copy)",
+    )
+    lora_alpha: int = doc(16, "LoRA: the adapters' update is scaled by lora_alpha / lora_rank")
+    target_modules: Any = doc(
+        "all-linear", "LoRA: the linear layers adapted: all-linear (every one but the output head) or a list of names"
+    )
+    exclude_modules: Any = doc(None, "LoRA: layer names (a list) or a regex never adapted; null = none")
     tiny: TinyModelConfig = section(TinyModelConfig, "the built-in Qwen2-architecture model used when path is null")
 
 

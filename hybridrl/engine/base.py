@@ -25,6 +25,7 @@ from hybridrl.engine.lr_schedule import LRSchedule
 from hybridrl.engine.packing import ModelOutput, PackedOutput, pack_batch
 from hybridrl.engine.precision import DynamicLossScaler
 from hybridrl.engine.prompt_sharing import PromptGroups, prompt_groups, shared_prompt_output
+from hybridrl.models import lora
 from hybridrl.models.loader import cache_keyword, checkpoints_activations
 from hybridrl.models.weights import tied_aliases
 
@@ -337,13 +338,23 @@ class TrainEngine:
         """``(name, full tensor)`` one at a time, on every rank of the group together, each cast to
         ``dtype`` before its gather: a rank holds at most one full tensor beyond its shards (the
         streamed hand-over to a generation engine). Tied weights come once, under their first name."""
+        adapted = lora.scalings(self.model)
+        if adapted:  # the plain model's weights: W + scale * B @ A, merged in fp32 (``lora.merged_weights``)
+            yield from lora.merged_weights(self._gathered(dtype, keep=lora.merge_input), adapted, dtype)
+        else:
+            yield from self._gathered(dtype)
+
+    def _gathered(
+        self, dtype: torch.dtype | None, keep: Callable[[str], bool] = lambda name: False
+    ) -> Iterator[tuple[str, torch.Tensor]]:
+        """Each full tensor, cast to ``dtype`` before its gather unless ``keep(name)``."""
         state = self.model.state_dict(keep_vars=True)
         aliases = tied_aliases(state)
         for name, param in state.items():
             if name in aliases:
                 continue
             tensor = param.detach()
-            if dtype is not None and tensor.is_floating_point():
+            if dtype is not None and tensor.is_floating_point() and not keep(name):
                 tensor = tensor.to(dtype)
             yield name, tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
 

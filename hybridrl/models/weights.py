@@ -107,7 +107,14 @@ def safetensors_keys(path: str) -> set[str]:
     return keys
 
 
+def base_name(name: str) -> str:
+    """The checkpoint's name of a parameter of a LoRA-adapted layer (``hybridrl.models.lora``): PEFT keeps
+    the layer's own weight as ``<layer>.base_layer.weight``."""
+    return name.replace(".base_layer.", ".")
+
+
 def _file_key(name: str, source: WeightSource, available: set[str]) -> str | None:
+    name = base_name(name)  # a LoRA-adapted layer's weight is the checkpoint's weight of that layer
     for model_prefix, file_prefix in source.prefixes:
         if name.startswith(model_prefix):
             candidate = file_prefix + name[len(model_prefix) :]

@@ -19,6 +19,7 @@ import torch
 from hybridrl.algorithms.advantages import get_adv_estimator
 from hybridrl.algorithms.filtering import groups_with_signal
 from hybridrl.algorithms.kl_control import apply_kl_penalty, make_kl_controller
+from hybridrl.algorithms.roles import ref_in_actor
 from hybridrl.algorithms.rollout_correction import rollout_is_weights, rollout_probs_diff
 from hybridrl.checkpoint.shards import rng_state
 from hybridrl.cluster.errors import system_failure
@@ -275,6 +276,8 @@ class PPOTrainer:
             batch.tensors["old_log_probs"] = batch.tensors["rollout_log_probs"] * batch.tensors["response_mask"]
         if roles.ref is not None:
             passes.append(roles.ref.ref_pass())
+        elif ref_in_actor(self.cfg):
+            passes.append(roles.actor_rollout.ref_pass())
         if roles.critic is not None:
             passes.append(roles.critic.values_pass())
         for together in colocated_passes(passes):

@@ -9,10 +9,10 @@ from pathlib import Path
 import torch
 
 from hybridrl.algorithms.losses import agg_loss, compute_kl_loss, get_policy_loss
-from hybridrl.algorithms.roles import ROLE_SECTIONS, active_roles
+from hybridrl.algorithms.roles import ROLE_SECTIONS, active_roles, ref_in_actor
 from hybridrl.algorithms.token_logprobs import TokenScoring
 from hybridrl.config.choices import Precision, Strategy
-from hybridrl.config.schema import ActorConfig, Config, ModelConfig, RolloutConfig
+from hybridrl.config.schema import ActorConfig, Config, ModelConfig, RefConfig, RolloutConfig
 from hybridrl.engine.context import DataLayout, WorkerContext
 from hybridrl.engine.dtypes import rollout_dtype, weights_dtype
 from hybridrl.engine.packing import ModelOutput
@@ -26,6 +26,7 @@ from hybridrl.models.loader import (
     enable_activation_checkpointing,
     load_tokenizer,
 )
+from hybridrl.models.lora import LoraSpec, adapters_disabled, save_adapter_config, with_adapters
 from hybridrl.protocol import Batch
 from hybridrl.workers.context import EngineRole, build_engine
 from hybridrl.workers.forward import MicroBatching, forward_rows, ppo_update, response_log_probs
@@ -46,10 +47,13 @@ class ActorRolloutRole(EngineRole):
         total_steps: int = 1,
         seed: int = 0,
         separate_rollout: bool = False,
+        ref: RefConfig | None = None,
     ) -> None:
         """``total_steps``: the run's training steps, the learning-rate schedule's length.
-        ``separate_rollout``: generation-only workers on a pool of their own generate, not these."""
+        ``separate_rollout``: generation-only workers on a pool of their own generate, not these. ``ref``:
+        the reference's section where these workers compute its log-probs (LoRA's base model)."""
         self.ctx = ctx
+        self.ref_cfg = ref
         self.actor_cfg = actor
         self.rollout_cfg = rollout
         # Built empty and filled shard by shard: no rank holds the whole fp32 model.
@@ -60,6 +64,10 @@ class ActorRolloutRole(EngineRole):
             dtype,
             attention_implementation(model.use_remove_padding),
         )
+        spec = LoraSpec.from_keys(model.lora_rank, model.lora_alpha, model.target_modules, model.exclude_modules)
+        self.lora = spec
+        if spec is not None:  # adapters only are trained; they start from the same values on every rank
+            weights = with_adapters(empty, spec, weights, seed)
         if model.enable_gradient_checkpointing:
             enable_activation_checkpointing(empty)
         self.engine, self.offload = build_engine(
@@ -116,6 +124,7 @@ class ActorRolloutRole(EngineRole):
             total_steps=cfg.trainer.total_steps,
             seed=cfg.trainer.seed,
             separate_rollout="rollout" in active_roles(cfg),
+            ref=arr.ref if ref_in_actor(cfg) else None,
         )
 
     # -- rollout -------------------------------------------------------------------------------
@@ -183,6 +192,26 @@ class ActorRolloutRole(EngineRole):
         if out is None:  # an early pipeline stage: the last stage holds the result
             return None
         return Batch.from_dict(tensors={"old_log_probs": out[0], "old_entropy": out[1]})
+
+    def compute_ref_log_prob(self, batch: Batch) -> Batch | None:
+        """The reference policy's log-probs where it is this actor's base model (LoRA, ``ref_in_actor``):
+        the same forward with every adapter off, micro-batched as the reference's section says."""
+        if self.ref_cfg is None:
+            raise RuntimeError("The actor computes reference log-probs only with LoRA (model.lora_rank > 0).")
+        cfg = self.ref_cfg
+        how = MicroBatching(
+            cfg.log_prob_micro_batch_size_per_gpu,
+            cfg.log_prob_max_token_len_per_gpu if cfg.log_prob_use_dynamic_bsz else None,
+            "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu",
+        )
+        scoring = TokenScoring(self.rollout_cfg.temperature, with_entropy=False)
+        with self.offload.resident(), adapters_disabled(self.engine.model):
+            out = forward_rows(
+                self.engine, batch, how, lambda logits, mb: (response_log_probs(logits, mb, scoring)[0],), scoring
+            )
+        if out is None:  # an early pipeline stage: the last stage holds the result
+            return None
+        return Batch.from_dict(tensors={"ref_log_probs": out[0]})
 
     # -- update --------------------------------------------------------------------------------
     def update_actor(self, batch: Batch) -> dict[str, float]:
@@ -260,6 +289,8 @@ class ActorRolloutRole(EngineRole):
         config_for_export(self.export_skeleton.config).save_pretrained(out_dir)
         self.export_skeleton.generation_config.save_pretrained(out_dir)
         self.tokenizer.save_pretrained(out_dir)
+        if self.lora is not None:  # how ``hybridrl export`` merges the adapters, or publishes them
+            save_adapter_config(self.engine.model, self.lora, out_dir)
 
     def save_hf(self, out_dir: str) -> str | None:
         """Write the actor as a Hugging Face directory: the weights stream to every rank one tensor at a

@@ -121,7 +121,7 @@ def test_off_values_are_accepted_and_others_refused():
     ulysses = "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size"
     assert verl_rule(ulysses).apply(ulysses, 1).refusal is None  # verl's default: off there too
     assert "Ulysses" in verl_rule(ulysses).apply(ulysses, 2).refusal
-    lora = "actor_rollout_ref.model.lora_rank"
+    lora = "critic.model.lora_rank"  # the actor's is hybridrl's own key
     assert verl_rule(lora).apply(lora, 0).refusal is None
     assert verl_rule(lora).apply(lora, None).refusal is None
     assert "LoRA" in verl_rule(lora).apply(lora, 32).refusal
@@ -168,7 +168,7 @@ def test_every_refusal_comes_at_once_each_with_its_answer():
     with pytest.raises(ConfigError) as info:
         load_config(
             [
-                "actor_rollout_ref.model.lora_rank=8",
+                "critic.model.lora_rank=8",
                 "critic.model.fsdp_config.fsdp_size=4",
                 "actor_rollout_ref.ref.fsdp_config.ulysses_sequence_parallel_size=2",
                 "trainer.total_stepz=3",

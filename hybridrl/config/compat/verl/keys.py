@@ -81,7 +81,7 @@ _PROFILER = "not supported yet: nsys/npu/torch profilers (trainer.trace writes a
 _ULYSSES = "not supported yet: Ulysses sequence parallelism"
 _COMPILE = "not supported yet: torch.compile of the log-prob and entropy code"
 _CHUNKING = "not needed in hybridrl: log-probs and entropy are always computed from the logits in chunks"
-_LORA = "not supported yet: LoRA adapters (the whole model is trained)"
+_LORA = "not supported yet: LoRA adapters on the critic (the actor's actor_rollout_ref.model.lora_rank is)"
 _SHM = "not needed in hybridrl: models load straight from a local directory (no shared-memory copy)"
 _EXTERNAL_LIB = "not supported yet: importing a package that registers custom model classes"
 _OVERRIDE_CONFIG = "not supported yet: overriding the model's Hugging Face config"
@@ -337,11 +337,10 @@ VERL_ANSWERS: tuple[tuple[str, str], ...] = (
     ("actor_rollout_ref.model.external_lib", _EXTERNAL_LIB),
     ("actor_rollout_ref.model.override_config.*", _OVERRIDE_CONFIG),
     ("actor_rollout_ref.model.enable_activation_offload", _ACTIVATION_OFFLOAD),
-    ("actor_rollout_ref.model.lora_rank", _LORA),
-    ("actor_rollout_ref.model.lora_alpha", _LORA),
-    ("actor_rollout_ref.model.target_modules", _LORA),
-    ("actor_rollout_ref.model.exclude_modules", _LORA),
-    ("actor_rollout_ref.model.lora_adapter_path", _LORA),
+    (
+        "actor_rollout_ref.model.lora_adapter_path",
+        "not supported yet: starting from a saved LoRA adapter (new adapters start at zero update)",
+    ),
     (
         "actor_rollout_ref.model.use_liger",
         "not supported yet: Liger kernels (actor_rollout_ref.model.use_fused_kernels avoids the logits)",
