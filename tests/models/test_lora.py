@@ -3,6 +3,9 @@
 import pytest
 import torch
 
+from hybridrl.config.schema import OptimConfig
+from hybridrl.engine.base import TrainEngine
+from hybridrl.generation.engines.hf import HFRolloutEngine
 from hybridrl.models.loader import empty_causal_lm, load_causal_lm
 from hybridrl.models.lora import (
     LoraSpec,
@@ -103,3 +106,17 @@ def test_targets_and_exclusions_follow_verls_keys(model_dir):
     assert "down_proj" not in {n.split(".")[-1] for n in scalings(excluded)}
     with pytest.raises(ValueError, match="matches no linear layer"):
         _adapted(model_dir, LoraSpec.from_keys(4, 8, ["no_such_layer"], None))
+
+
+def test_the_hand_over_gives_the_generation_engine_the_adapted_policy(model_dir):
+    """The weights a LoRA actor streams (``TrainEngine.iter_full_weights``) make the engine's plain model
+    compute what the adapted actor computes, not the base."""
+    adapted = _adapted(model_dir)
+    engine = TrainEngine(adapted, torch.device("cpu"), optim_cfg=OptimConfig(lr=1e-2))
+    _train_adapters(adapted)
+    generation = HFRolloutEngine(load_causal_lm(str(model_dir)), 0, None)
+    generation.load_weights(engine.iter_full_weights(torch.float32))  # refuses unknown or missing names
+    base = load_causal_lm(str(model_dir))
+    with torch.no_grad():
+        torch.testing.assert_close(generation.model(IDS).logits, adapted(IDS).logits, atol=1e-5, rtol=0)
+        assert (generation.model(IDS).logits - base(IDS).logits).abs().max() > 1e-3
