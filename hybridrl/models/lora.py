@@ -57,10 +57,6 @@ class LoraSpec:
 
         return cls(rank, int(alpha), names(target_modules) or "all-linear", names(exclude_modules))
 
-    @property
-    def scale(self) -> float:
-        return self.alpha / self.rank
-
     def peft_config(self) -> LoraConfig:
         targets = self.target_modules if isinstance(self.target_modules, str) else list(self.target_modules)
         exclude = self.exclude_modules
@@ -129,10 +125,6 @@ def is_adapter(name: str) -> bool:
 def merge_input(name: str) -> bool:
     """Whether ``merged_weights`` needs the tensor at full precision: an adapted weight or its ``A``/``B``."""
     return is_adapter(name) or name.endswith(f"{_BASE}weight")
-
-
-def has_adapters(model: nn.Module) -> bool:
-    return any(isinstance(module, LoraLayer) for module in model.modules())
 
 
 def scalings(model: nn.Module) -> dict[str, float]:

@@ -30,6 +30,7 @@ from hybridrl.models.lora import LoraSpec, adapters_disabled, save_adapter_confi
 from hybridrl.protocol import Batch
 from hybridrl.workers.context import EngineRole, build_engine
 from hybridrl.workers.forward import MicroBatching, forward_rows, ppo_update, response_log_probs
+from hybridrl.workers.ref import ref_log_probs
 
 logger = logging.getLogger(__name__)
 
@@ -198,20 +199,8 @@ class ActorRolloutRole(EngineRole):
         the same forward with every adapter off, micro-batched as the reference's section says."""
         if self.ref_cfg is None:
             raise RuntimeError("The actor computes reference log-probs only with LoRA (model.lora_rank > 0).")
-        cfg = self.ref_cfg
-        how = MicroBatching(
-            cfg.log_prob_micro_batch_size_per_gpu,
-            cfg.log_prob_max_token_len_per_gpu if cfg.log_prob_use_dynamic_bsz else None,
-            "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu",
-        )
-        scoring = TokenScoring(self.rollout_cfg.temperature, with_entropy=False)
         with self.offload.resident(), adapters_disabled(self.engine.model):
-            out = forward_rows(
-                self.engine, batch, how, lambda logits, mb: (response_log_probs(logits, mb, scoring)[0],), scoring
-            )
-        if out is None:  # an early pipeline stage: the last stage holds the result
-            return None
-        return Batch.from_dict(tensors={"ref_log_probs": out[0]})
+            return ref_log_probs(self.engine, batch, self.ref_cfg, self.rollout_cfg.temperature)
 
     # -- update --------------------------------------------------------------------------------
     def update_actor(self, batch: Batch) -> dict[str, float]:

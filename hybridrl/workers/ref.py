@@ -5,6 +5,7 @@ from __future__ import annotations
 from hybridrl.algorithms.token_logprobs import TokenScoring
 from hybridrl.config.choices import Strategy
 from hybridrl.config.schema import ActorConfig, Config, RefConfig
+from hybridrl.engine.base import TrainEngine
 from hybridrl.engine.context import WorkerContext
 from hybridrl.engine.dtypes import weights_dtype
 from hybridrl.models.loader import attention_implementation, empty_causal_lm
@@ -28,12 +29,8 @@ class RefRole(EngineRole):
         """Laid out as the actor (``actor``'s strategy and sharding), without an optimizer; its weights'
         dtype is the frozen roles' default unless ``actor.fsdp.model_dtype`` names one."""
         self.ctx = ctx
-        self.scoring = TokenScoring(temperature, with_entropy=False)
-        self.micro = MicroBatching(
-            ref.log_prob_micro_batch_size_per_gpu,
-            ref.log_prob_max_token_len_per_gpu if ref.log_prob_use_dynamic_bsz else None,
-            "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu",
-        )
+        self.ref_cfg = ref
+        self.temperature = temperature
         dtype = weights_dtype(actor.fsdp.model_dtype, trained=False, device=ctx.device)
         model, weights = empty_causal_lm(
             ctx.model_path,
@@ -69,13 +66,18 @@ class RefRole(EngineRole):
 
     def compute_ref_log_prob(self, batch: Batch) -> Batch | None:
         with self.offload.resident():
-            out = forward_rows(
-                self.engine,
-                batch,
-                self.micro,
-                lambda logits, mb: (response_log_probs(logits, mb, self.scoring)[0],),
-                self.scoring,
-            )
-        if out is None:  # an early pipeline stage: the last stage holds the result
-            return None
-        return Batch.from_dict(tensors={"ref_log_probs": out[0]})
+            return ref_log_probs(self.engine, batch, self.ref_cfg, self.temperature)
+
+
+def ref_log_probs(engine: TrainEngine, batch: Batch, ref: RefConfig, temperature: float) -> Batch | None:
+    """The reference policy's ``ref_log_probs`` of the responses, micro-batched as the ``ref`` section says:
+    by the reference's own engine, or by a LoRA actor's with its adapters off. None on an early pipeline
+    stage (the last stage holds the result)."""
+    scoring = TokenScoring(temperature, with_entropy=False)
+    micro = MicroBatching(
+        ref.log_prob_micro_batch_size_per_gpu,
+        ref.log_prob_max_token_len_per_gpu if ref.log_prob_use_dynamic_bsz else None,
+        "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu",
+    )
+    out = forward_rows(engine, batch, micro, lambda logits, mb: (response_log_probs(logits, mb, scoring)[0],), scoring)
+    return None if out is None else Batch.from_dict(tensors={"ref_log_probs": out[0]})
