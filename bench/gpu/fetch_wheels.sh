@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Download, on a machine with network, the pure-Python wheels the GPU machine lacks (it has torch, transformers,
-# numpy, pyyaml, ... but not omegaconf or tensordict) into .whl/ at the repository root, an ignored folder that
+# numpy, pyyaml, ... but not omegaconf, tensordict or peft) into .whl/ at the repository root, an ignored folder that
 # travels with the checkout. bench/gpu/check.sh installs them there with pip --no-index.
 #   bash bench/gpu/fetch_wheels.sh            # from the repository root; PYTHON=<python with pip> to choose
 # Versions: what the project's virtualenv has (so the GPU runs what CI tests), else the pins below.
@@ -23,6 +23,8 @@ PACKAGES=(
   "tensordict==$(version tensordict 0.15.3)"
   "pyvers==$(version pyvers 0.2.3)"          # tensordict's
   "cloudpickle==$(version cloudpickle 3.1.3)"  # tensordict's
+  "peft==$(version peft 0.21.2)"              # LoRA (hybridrl.models.lora, imported by the training engine)
+  "accelerate==$(version accelerate 1.16.0)"  # peft's
 )
 NEEDS_ANTLR=$("$PY" -c "import importlib.metadata as m
 try: print(any(r.startswith('antlr4') for r in (m.requires('omegaconf') or [])))
