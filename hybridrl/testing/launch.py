@@ -1,10 +1,12 @@
-"""Run a function on N local gloo ranks in fresh processes, without Ray: multi-rank tests and benchmarks."""
+"""Run a function on N local gloo ranks, processes forked from a preloaded fork server, without Ray: multi-rank
+tests and benchmarks."""
 
 from __future__ import annotations
 
 import faulthandler
 import gc
 import logging
+import multiprocessing
 import os
 import sys
 from collections.abc import Callable
@@ -17,8 +19,28 @@ import torch.multiprocessing as mp
 from hybridrl.engine.dist import init_process_group
 from hybridrl.workers.host_memory import return_freed_memory
 
+# What every rank imports, loaded once into the fork server that forks the ranks: a spawned rank paid
+# ~3 CPU-seconds importing torch and transformers, a forked one pays nothing (most multi-rank tests spend
+# more on that than on their work). The server only imports: no OpenMP, gloo or CUDA thread exists in it
+# to be lost in a fork.
+PRELOAD = ["torch", "torch.distributed.fsdp", "transformers", "hybridrl.testing.launch", "hybridrl.engine.factory"]
 
-def _entry(rank: int, fn: Callable[..., Any], world_size: int, port: int, args: tuple, device: str) -> None:
+
+def _entry(
+    rank: int,
+    fn: Callable[..., Any],
+    world_size: int,
+    port: int,
+    args: tuple,
+    device: str,
+    environ: dict[str, str],
+    cwd: str,
+) -> None:
+    # The fork server's environment and directory are those of its start: the caller's of this launch
+    # are the ones wanted.
+    os.environ.clear()
+    os.environ.update(environ)
+    os.chdir(cwd)
     # A crash in native code (gloo, the store, a kernel) prints every thread's Python stack to stderr
     # before the process dies, so a rank's SIGSEGV/SIGABRT names where it happened.
     faulthandler.enable(all_threads=True)
@@ -56,13 +78,19 @@ def _entry(rank: int, fn: Callable[..., Any], world_size: int, port: int, args: 
 
 def run_ranks(fn: Callable[..., Any], world_size: int, *args: Any, device: str = "cpu") -> None:
     """``fn(rank, world_size, *args)`` on each rank; raises if any rank fails. ``fn`` must be importable
-    (a module-level function), since ranks are spawned processes, and must write its results itself
-    (files): a rank leaves through ``os._exit`` once done. ``device="cuda"``: rank r on GPU r, NCCL."""
+    (a module-level function), since ranks are processes forked from a fork server, and must write its
+    results itself (files): a rank leaves through ``os._exit`` once done. ``device="cuda"``: rank r on
+    GPU r, NCCL."""
     # The launcher hosts the rendezvous store, as torchelastic's agent does, on a port the OS picks
     # (port 0) and that stays bound until every rank is gone. Picking a free port here for rank 0
     # to bind later raced with every other socket on the machine (EADDRINUSE seen under load), and
     # a store inside rank 0 dies with rank 0 while its peers may still be connected.
     store = dist.TCPStore("127.0.0.1", 0, world_size, is_master=True, wait_for_workers=False)
+    multiprocessing.set_forkserver_preload(PRELOAD)
     mp.start_processes(
-        _entry, args=(fn, world_size, store.port, args, device), nprocs=world_size, join=True, start_method="spawn"
+        _entry,
+        args=(fn, world_size, store.port, args, device, dict(os.environ), os.getcwd()),
+        nprocs=world_size,
+        join=True,
+        start_method="forkserver",
     )
