@@ -19,10 +19,9 @@ from hybridrl.config.choices import Strategy
 from hybridrl.config.compat.verl.keys import verl_rule
 from hybridrl.config.errors import ConfigError, all_at_once
 from hybridrl.config.presets import TINY_RUN
-from hybridrl.config.ranges import check_ranges
 from hybridrl.config.schema import Config
 
-__all__ = ["ConfigError", "load_config", "to_dict", "to_yaml"]
+__all__ = ["ConfigError", "check_ranges", "load_config", "to_dict", "to_yaml"]
 
 logger = logging.getLogger("hybridrl")
 
@@ -232,6 +231,13 @@ def load_config(overrides: Iterable[str] = (), yaml_path: str | None = None) -> 
     typed = _verl_sizes(typed)
     check_ranges(typed)
     return typed
+
+
+def check_ranges(cfg: Config) -> None:
+    """Raise one ``ConfigError`` listing every single value out of its range (each section's ``problems``)."""
+    problems = cfg.problems()
+    if problems:
+        raise ConfigError(all_at_once(problems))
 
 
 def _verl_sizes(cfg: Config) -> Config:

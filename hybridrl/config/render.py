@@ -17,7 +17,7 @@ from hybridrl.config.schema import Config
 
 HEADER = """\
 # hybridrl defaults: the embedded run (tiny model, built-in task, local Ray cluster, CPU).
-# Generated from hybridrl/config/schema.py (python -m hybridrl.config.render): edit the schema, not this
+# Generated from hybridrl/config/schema/ (python -m hybridrl.config.render): edit the schema, not this
 # file. docs/CONFIG.md is the long form. Override any key on the command line with dotted paths:
 #   python -m hybridrl.trainer.main_ppo trainer.total_steps=20
 """

