@@ -5,7 +5,8 @@ run failure), that exactly one ERROR record was logged, on one line, naming the 
 and that no traceback reached stdout, stderr or the log. Almost every row fails before Ray starts; the
 few that need the worker groups are marked ``ray``.
 
-In a row, ``{f}`` is the directory of bad files the ``bad_files`` fixture writes.
+In a row, ``{f}`` is the directory of bad files the ``bad_files`` fixture writes, and ``{ray}`` the address of
+the session's shared Ray cluster (``shared_ray``), started only for the rows that name it.
 """
 
 from __future__ import annotations
@@ -808,7 +809,7 @@ REWARD_FILES = [
 ]
 
 # These fail only once the worker groups run: each starts a local Ray cluster (~15 s on two cores).
-RAY_SMALL = ["trainer.total_steps=1", "trainer.ray.object_store_memory=100000000"]
+RAY_SMALL = ["trainer.total_steps=1", "trainer.ray.address={ray}"]  # the session's shared cluster
 FOUND_BEFORE_RAY = [  # once found only after the workers started (~20 s): now before Ray
     pytest.param(
         ["actor_rollout_ref.model.path={f}/no_weights"],
@@ -1020,10 +1021,13 @@ NEEDS_RAY = [
 ]
 
 
-def _argv(args: list[str], files: Path, run_dir: Path) -> list[str]:
+def _argv(args: list[str], files: Path, run_dir: Path, request: pytest.FixtureRequest) -> list[str]:
     """The row's arguments after the defaults that keep a run out of the repository; ``--config FILE``
     stays first, where the entry point looks for it."""
     args = [a.replace("{f}", str(files)) for a in args]
+    if any("{ray}" in a for a in args):
+        address = request.getfixturevalue("shared_ray")
+        args = [a.replace("{ray}", address) for a in args]
     base = [f"trainer.output_dir={run_dir}", "trainer.logger=[jsonl]", "trainer.ray.include_dashboard=false"]
     if args[0] in ("--config", "-c"):
         return args if len(args) == 1 else [*args[:2], *base, *args[2:]]
@@ -1050,9 +1054,10 @@ def ray_logs_to_stderr() -> Iterator[None]:
 @pytest.mark.parametrize(
     "args,code,message", CONFIG_VALUES + CLI_FORMS + FILES + CLUSTER + REWARD_FILES + FOUND_BEFORE_RAY + NEEDS_RAY
 )
-def test_a_bad_input_gets_one_line(args, code, message, bad_files, tmp_path, caplog, capsys):
+def test_a_bad_input_gets_one_line(args, code, message, bad_files, tmp_path, caplog, capsys, request):
+    argv = _argv(args, bad_files, tmp_path / "run", request)
     with caplog.at_level(logging.ERROR, logger="hybridrl"), ray_logs_to_stderr():
-        got = main(_argv(args, bad_files, tmp_path / "run"))
+        got = main(argv)
     out, err = capsys.readouterr()
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     lines = [r.getMessage() for r in errors]

@@ -58,8 +58,8 @@ def base_model(tmp_path_factory):
     )
 
 
-def test_lora_runs_without_a_reference_model_resumes_exactly_and_exports(base_model, tmp_path):
-    cfg = [*LORA, f"actor_rollout_ref.model.path={base_model}"]
+def test_lora_runs_without_a_reference_model_resumes_exactly_and_exports(base_model, tmp_path, shared_ray):
+    cfg = [*LORA, f"actor_rollout_ref.model.path={base_model}", f"trainer.ray.address={shared_ray}"]
     full, split = tmp_path / "full", tmp_path / "split"
     run(load_config([*cfg, f"trainer.output_dir={full}", "trainer.total_steps=4"]))
     run(load_config([*cfg, f"trainer.output_dir={split}", "trainer.total_steps=2"]))

@@ -59,10 +59,12 @@ def same_checkpoints(a, b, step=4):
 
 
 @pytest.fixture(scope="module")
-def full(tmp_path_factory):
+def full(tmp_path_factory, shared_ray):
     """An uninterrupted 4-step run."""
     out = tmp_path_factory.mktemp("resume") / "full"
-    run(load_config(SMALL + [f"trainer.output_dir={out}", "trainer.total_steps=4"]))
+    run(
+        load_config(SMALL + [f"trainer.ray.address={shared_ray}", f"trainer.output_dir={out}", "trainer.total_steps=4"])
+    )
     return out
 
 
@@ -74,11 +76,19 @@ def test_schedules_follow_verl(full):
     assert [r["critic/lr"] for r in rows] == pytest.approx([0.0, lr / 2, lr, lr])  # 0.5 x 4 warm-up steps
 
 
-def test_stop_resume_matches_uninterrupted_run(full, tmp_path):
+def test_stop_resume_matches_uninterrupted_run(full, tmp_path, shared_ray):
     split = tmp_path / "split"
-    run(load_config(SMALL + [f"trainer.output_dir={split}", "trainer.total_steps=2"]))
+    run(
+        load_config(
+            SMALL + [f"trainer.ray.address={shared_ray}", f"trainer.output_dir={split}", "trainer.total_steps=2"]
+        )
+    )
     assert (split / "checkpoints" / "global_step_2").exists()
-    result = run(load_config(SMALL + [f"trainer.output_dir={split}", "trainer.total_steps=4"]))
+    result = run(
+        load_config(
+            SMALL + [f"trainer.ray.address={shared_ray}", f"trainer.output_dir={split}", "trainer.total_steps=4"]
+        )
+    )
     assert len(result["history"]) == 4  # steps 1-2 read back from metrics.jsonl, 3-4 trained
     # The run's records span both legs: the summary's wall time goes on from the checkpoint's, the
     # timeline file holds both legs, each marked.
@@ -105,7 +115,7 @@ def test_stop_resume_matches_uninterrupted_run(full, tmp_path):
     assert cli_main(["export", str(tmp_path / "nope"), str(out)]) == 2
 
 
-def test_a_killed_worker_is_recovered_in_the_same_run(full, tmp_path, monkeypatch):
+def test_a_killed_worker_is_recovered_in_the_same_run(full, tmp_path, monkeypatch, shared_ray):
     """SIGKILL of a worker at the start of step 3: the driver restarts the groups from step 2's checkpoint and
     ends exactly where the uninterrupted run ends."""
     killed = []
@@ -119,7 +129,9 @@ def test_a_killed_worker_is_recovered_in_the_same_run(full, tmp_path, monkeypatc
 
     monkeypatch.setattr(PPOTrainer, "step", step_with_a_kill)
     out = tmp_path / "recovered"
-    result = run(load_config(SMALL + [f"trainer.output_dir={out}", "trainer.total_steps=4"]))
+    result = run(
+        load_config(SMALL + [f"trainer.ray.address={shared_ray}", f"trainer.output_dir={out}", "trainer.total_steps=4"])
+    )
     assert killed and not psutil.pid_exists(killed[0])
     assert result["summary"]["restarts"] == 1 and result["summary"]["legs"] == [0, 2]
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]

@@ -13,7 +13,7 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_gsm8k_example_runs(tmp_path):
+def test_gsm8k_example_runs(tmp_path, shared_ray):
     from hybridrl.trainer.main_ppo import main
 
     model = tiny_llama(tmp_path / "llama")
@@ -30,8 +30,7 @@ def test_gsm8k_example_runs(tmp_path):
             "trainer.total_steps=2",
             "trainer.test_freq=1",
             "trainer.progress_bar=false",
-            "trainer.ray.include_dashboard=false",
-            "trainer.ray.object_store_memory=100000000",
+            f"trainer.ray.address={shared_ray}",
             "resource_pool.pools.global_pool.GPU=2",
             "data.train_batch_size=4",
             "data.max_prompt_length=160",

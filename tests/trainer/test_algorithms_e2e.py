@@ -22,10 +22,11 @@ SMALL = [
 ]
 
 
-def test_critic_free_run_with_every_option(tmp_path):
+def test_critic_free_run_with_every_option(tmp_path, shared_ray):
     cfg = load_config(
         SMALL
         + [
+            f"trainer.ray.address={shared_ray}",
             f"trainer.output_dir={tmp_path}",
             "algorithm.adv_estimator=remax",
             "algorithm.use_kl_in_reward=false",

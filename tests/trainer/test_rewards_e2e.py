@@ -48,6 +48,7 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None):
 
 
 def test_reward_model_pool_and_custom_reward_with_failures_counted(tmp_path):
+    # its own local cluster: the reward model's pool needs a CPU beyond the shared cluster's
     rm = build_tiny_reward_model(tmp_path / "rm")
     reward_file = tmp_path / "my_reward.py"
     reward_file.write_text(FLAKY_REWARD)
@@ -83,13 +84,14 @@ def test_reward_model_pool_and_custom_reward_with_failures_counted(tmp_path):
     assert {"driver", "actor_rollout", "reward_model"} <= groups
 
 
-def test_failing_reward_stops_with_the_sample_named_and_keeps_the_last_step(tmp_path):
+def test_failing_reward_stops_with_the_sample_named_and_keeps_the_last_step(tmp_path, shared_ray):
     reward_file = tmp_path / "raises.py"
     reward_file.write_text(RAISES_ON_STEP_2)
     out = tmp_path / "run"
     cfg = load_config(
         SMALL
         + [
+            f"trainer.ray.address={shared_ray}",
             f"trainer.output_dir={out}",
             "trainer.total_steps=3",
             "trainer.save_freq=100",

@@ -19,12 +19,12 @@ SPLIT_1_1 = [
 ]
 
 
-def test_overlapped_training_learns_the_default_task(tmp_path):
+def test_overlapped_training_learns_the_default_task(tmp_path, shared_ray):
     cfg = load_config(
         [
             f"trainer.output_dir={tmp_path}",
             "trainer.progress_bar=false",
-            "trainer.ray.object_store_memory=100000000",
+            f"trainer.ray.address={shared_ray}",
             "actor_rollout_ref.rollout.overlap=true",
             *SPLIT_1_1,
         ]
