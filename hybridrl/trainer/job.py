@@ -199,13 +199,23 @@ def resume(cfg: Config, resume_from: Path | None, groups: list[WorkerGroup]) -> 
 
 
 def learning_summary(history: list[dict[str, float]], window: int) -> dict[str, float]:
+    """First vs last ``window`` steps' mean score, and the best such mean on the way: a run that peaked and
+    fell back is told apart from one that ended at its best."""
     scores = [m["critic/score/mean"] for m in history if m.get("critic/score/mean") is not None]
     if not scores:
-        return {"first_mean": float("nan"), "last_mean": float("nan"), "gain": float("nan"), "window": 0}
+        nan = float("nan")
+        return {"first_mean": nan, "last_mean": nan, "gain": nan, "peak_mean": nan, "peak_step": 0, "window": 0}
     window = max(1, min(window, len(scores) // 2 or 1))
-    first = sum(scores[:window]) / window
-    last = sum(scores[-window:]) / window
-    return {"first_mean": first, "last_mean": last, "gain": last - first, "window": window}
+    means = [sum(scores[i - window : i]) / window for i in range(window, len(scores) + 1)]
+    peak = max(range(len(means)), key=means.__getitem__)
+    return {
+        "first_mean": means[0],
+        "last_mean": means[-1],
+        "gain": means[-1] - means[0],
+        "peak_mean": means[peak],
+        "peak_step": peak + window,  # the window's last step
+        "window": window,
+    }
 
 
 def run(cfg: Config) -> dict[str, Any]:

@@ -10,6 +10,7 @@ import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from hybridrl.checkpoint.manager import CheckpointError
 from hybridrl.cluster.errors import (
@@ -124,21 +125,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Known failures get one clear line; checkpoints already written stay (resume_mode=auto).
         logger.error("%s: %s", type(exc).__name__, exc)
         return 1
-    s = result["summary"]
-    verdict = "the reward rose" if s["gain"] >= 0.25 else "the reward did not rise by 0.25"
-    logger.info(
-        "Done in %.0f s. Mean critic/score/mean over the first %d steps: %.3f, over the last %d: %.3f "
-        "(gain %+.3f): %s. Run directory: %s",
-        s["wall_s"],
-        s["window"],
-        s["first_mean"],
-        s["window"],
-        s["last_mean"],
-        s["gain"],
-        verdict,
-        result["output_dir"],
-    )
+    logger.info("%s", closing_line(result["summary"], result["output_dir"]))
     return 0
+
+
+def closing_line(s: dict[str, Any], output_dir: str) -> str:
+    """What the run did, honestly: first vs last, the peak on the way and whether it ended near it."""
+    verdict = "the reward rose" if s["gain"] >= 0.25 else "the reward did not rise by 0.25"
+    if s["last_mean"] >= s["peak_mean"] - 0.05:
+        ending = "ended near its peak"
+    else:
+        ending = f"ended {s['peak_mean'] - s['last_mean']:.3f} below its peak"
+    return (
+        f"Done in {s['wall_s']:.0f} s. Mean critic/score/mean over {s['window']} steps: {s['first_mean']:.3f} "
+        f"first, peaked at {s['peak_mean']:.3f} (step {s['peak_step']}), {s['last_mean']:.3f} last "
+        f"(gain {s['gain']:+.3f}): {verdict}, and {ending}. Report: hybridrl report {output_dir}"
+    )
 
 
 if __name__ == "__main__":
