@@ -3,25 +3,84 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
+import ray
 from ray.cluster_utils import Cluster
 
 
+class _SharedCluster:
+    """One local Ray cluster that the runs of a test session join by address.
+
+    Ray (2.5x) cannot join a cluster again from a process that started and stopped a local cluster of its own
+    since it last joined: the next job's actors are cancelled before they start ("The actor never ran"; seen
+    as shared -> local -> shared in one process, while a new cluster joins fine). So every ``ray.init`` that
+    starts a local cluster marks this one stale, and the next test that asks for it gets a new one."""
+
+    def __init__(self) -> None:
+        self.cluster: Cluster | None = None
+        self.stale = False
+
+    def address(self) -> str:
+        if self.cluster is not None and self.stale:
+            self.close()
+        if self.cluster is None:
+            self.cluster = Cluster(
+                initialize_head=True,
+                head_node_args={
+                    "num_cpus": os.cpu_count() or 1,
+                    "object_store_memory": 100 * 2**20,
+                    "include_dashboard": False,
+                },
+            )
+            self.stale = False
+        return self.cluster.address
+
+    def close(self) -> None:
+        if self.cluster is not None:
+            self.cluster.shutdown()
+            self.cluster = None
+
+    def watching(self, init: Callable[..., Any]) -> Callable[..., Any]:
+        def init_and_note_a_local_start(*args: Any, **kwargs: Any) -> Any:
+            if (args[0] if args else kwargs.get("address")) in (None, "local"):
+                self.stale = True
+            return init(*args, **kwargs)
+
+        return init_and_note_a_local_start
+
+
+_SHARED = _SharedCluster()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _note_local_ray_starts() -> Iterator[None]:
+    original = ray.init
+    ray.init = _SHARED.watching(original)
+    yield
+    ray.init = original
+    _SHARED.close()
+
+
 @pytest.fixture(scope="session")
-def shared_ray() -> Iterator[str]:
-    """The address of one local Ray cluster for the whole session (one per xdist worker), for the runs
-    whose point is not the cluster's own start or end: each joins it with ``trainer.ray.address`` instead
-    of starting and stopping a cluster of its own (~5 CPU-seconds each on 2 cores). Sized as a run's own
-    local cluster is on this machine (a CPU per core), so workers get the same torch threads."""
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={
-            "num_cpus": os.cpu_count() or 1,
-            "object_store_memory": 100 * 2**20,
-            "include_dashboard": False,
-        },
-    )
-    yield cluster.address
-    cluster.shutdown()
+def shared_ray_cluster() -> _SharedCluster:
+    """For fixtures wider than a test (a module's reference run): ``shared_ray_cluster.address()``."""
+    return _SHARED
+
+
+@pytest.fixture
+def shared_ray() -> str:
+    """The address of the session's local Ray cluster (one per xdist worker), for the runs whose point is not
+    the cluster's own start or end: each joins it with ``trainer.ray.address`` instead of starting and
+    stopping a cluster of its own (~5 CPU-seconds each on 2 cores). Sized as a run's own local cluster is on
+    this machine (a CPU per core), so workers get the same torch threads."""
+    return _SHARED.address()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """End-to-end runs (``slow``) first, the rest after in their order: xdist hands tests out in this order, so
+    the session ends on short tests that finish together instead of one long run on one worker while the
+    other worker idles."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

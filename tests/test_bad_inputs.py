@@ -809,7 +809,9 @@ REWARD_FILES = [
 ]
 
 # These fail only once the worker groups run: each starts a local Ray cluster (~15 s on two cores).
-RAY_SMALL = ["trainer.total_steps=1", "trainer.ray.address={ray}"]  # the session's shared cluster
+# One step on one worker of the session's shared cluster: these rows are about the reward's failure, found
+# at the first step's scoring, not about the workers.
+RAY_SMALL = ["trainer.total_steps=1", "trainer.ray.address={ray}", "resource_pool.pools.global_pool.GPU=1"]
 FOUND_BEFORE_RAY = [  # once found only after the workers started (~20 s): now before Ray
     pytest.param(
         ["actor_rollout_ref.model.path={f}/no_weights"],

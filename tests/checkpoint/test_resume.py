@@ -59,12 +59,11 @@ def same_checkpoints(a, b, step=4):
 
 
 @pytest.fixture(scope="module")
-def full(tmp_path_factory, shared_ray):
+def full(tmp_path_factory, shared_ray_cluster):
     """An uninterrupted 4-step run."""
     out = tmp_path_factory.mktemp("resume") / "full"
-    run(
-        load_config(SMALL + [f"trainer.ray.address={shared_ray}", f"trainer.output_dir={out}", "trainer.total_steps=4"])
-    )
+    address = shared_ray_cluster.address()
+    run(load_config(SMALL + [f"trainer.ray.address={address}", f"trainer.output_dir={out}", "trainer.total_steps=4"]))
     return out
 
 

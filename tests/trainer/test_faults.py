@@ -81,12 +81,13 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None):
 """
 
 
-def test_a_reward_that_never_returns_stops_the_run_at_its_deadline(tmp_path, caplog):
+def test_a_reward_that_never_returns_stops_the_run_at_its_deadline(tmp_path, caplog, shared_ray):
     reward_file = tmp_path / "hangs.py"
     reward_file.write_text(HANGS)
     code, errors = run_main(
         caplog,
         [
+            f"trainer.ray.address={shared_ray}",
             f"trainer.output_dir={tmp_path}/run",
             "trainer.total_steps=2",
             f"custom_reward_function.path={reward_file}",
@@ -99,7 +100,9 @@ def test_a_reward_that_never_returns_stops_the_run_at_its_deadline(tmp_path, cap
     assert not [p for p in psutil.Process().children(recursive=True) if "hybridrl.rewards.processes" in p.cmdline()]
 
 
-def test_a_full_disk_at_checkpoint_time_names_the_path_and_keeps_the_last_checkpoint(tmp_path, caplog, monkeypatch):
+def test_a_full_disk_at_checkpoint_time_names_the_path_and_keeps_the_last_checkpoint(
+    tmp_path, caplog, monkeypatch, shared_ray
+):
     original = CheckpointManager.commit
 
     def commit_on_a_full_disk(self, tmp, step, state):
@@ -109,7 +112,13 @@ def test_a_full_disk_at_checkpoint_time_names_the_path_and_keeps_the_last_checkp
 
     monkeypatch.setattr(CheckpointManager, "commit", commit_on_a_full_disk)
     out = tmp_path / "run"
-    code, errors = run_main(caplog, [f"trainer.output_dir={out}", "trainer.total_steps=4", "trainer.save_freq=2"])
+    args = [
+        f"trainer.ray.address={shared_ray}",
+        f"trainer.output_dir={out}",
+        "trainer.total_steps=4",
+        "trainer.save_freq=2",
+    ]
+    code, errors = run_main(caplog, args)
     assert code == 1 and len(errors) == 1, errors
     assert errors[0].startswith("CheckpointError: Writing the step 4 checkpoint under ")
     assert "No space left on device" in errors[0] and "global_step_2, is intact" in errors[0]
@@ -118,6 +127,6 @@ def test_a_full_disk_at_checkpoint_time_names_the_path_and_keeps_the_last_checkp
     assert not any(p.name.startswith(".tmp-") for p in root.iterdir())  # the half-written one is gone
 
     monkeypatch.setattr(CheckpointManager, "commit", original)  # space freed: the same command resumes
-    code, errors = run_main(caplog, [f"trainer.output_dir={out}", "trainer.total_steps=4", "trainer.save_freq=2"])
+    code, errors = run_main(caplog, args)
     assert code == 0 and not errors
     assert CheckpointManager(root, None).latest() == root / "global_step_4"
