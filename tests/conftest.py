@@ -77,10 +77,3 @@ def shared_ray() -> str:
     stopping a cluster of its own (~5 CPU-seconds each on 2 cores). Sized as a run's own local cluster is on
     this machine (a CPU per core), so workers get the same torch threads."""
     return _SHARED.address()
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """End-to-end runs (``slow``) first, the rest after in their order: xdist hands tests out in this order, so
-    the session ends on short tests that finish together instead of one long run on one worker while the
-    other worker idles."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
