@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -58,7 +57,6 @@ def test_sigkill_while_checkpointing_leaves_a_resumable_latest(tmp_path, shared_
             if any(p.name.startswith(".tmp-") for p in ckpt_root.iterdir()):
                 killed_mid_write = True
                 break
-            os.sched_yield()  # a watcher, not a competitor: the run it watches (and other tests) go first
         for p in family:
             with contextlib.suppress(psutil.NoSuchProcess):
                 p.send_signal(signal.SIGKILL)
