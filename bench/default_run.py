@@ -90,7 +90,10 @@ def run_one(name: str, overrides: list[str], seed: int, out: Path) -> dict[str, 
         *overrides,
     ]
     start = time.perf_counter()
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:  # the run's own one-line error, not just an exit code
+        errors = [line for line in done.stderr.splitlines() if " ERROR " in line] or done.stderr.splitlines()[-1:]
+        raise SystemExit(f"{name} seed {seed} failed (exit {done.returncode}): {errors[-1] if errors else ''}")
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     return {**curve_figures(rows), "steps": len(rows), "wall_s": time.perf_counter() - start}
 

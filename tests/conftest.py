@@ -24,7 +24,7 @@ class _SharedCluster:
         self.stale = False
 
     def address(self) -> str:
-        if self.cluster is not None and self.stale:
+        if self.stale:
             self.close()
         if self.cluster is None:
             self.cluster = Cluster(
@@ -35,13 +35,13 @@ class _SharedCluster:
                     "include_dashboard": False,
                 },
             )
-            self.stale = False
         return self.cluster.address
 
     def close(self) -> None:
         if self.cluster is not None:
             self.cluster.shutdown()
             self.cluster = None
+        self.stale = False
 
     def watching(self, init: Callable[..., Any]) -> Callable[..., Any]:
         def init_and_note_a_local_start(*args: Any, **kwargs: Any) -> Any:
