@@ -126,7 +126,8 @@ def bad_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 TOK = "actor_rollout_ref.model.tokenizer_path={f}/chat_tokenizer"
 MEGATRON = "actor_rollout_ref.actor.strategy=megatron"
-MICRO_8 = "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8"  # divides the n=1 per-worker mini-batch
+MICRO_4 = "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4"  # divides the n=1 per-worker mini-batch (8 / 2)
+GAE = "algorithm.adv_estimator=gae"  # a critic: the default run (GRPO) has none
 LAYOUT = "actor_rollout_ref.actor.parallel_config.megatron"
 CPU_POOL = "resource_pool.mapping={actor_rollout: p, critic: p, ref: p}"
 
@@ -326,17 +327,17 @@ CONFIG_VALUES = [
     pytest.param(
         ["data.train_batch_size=30"],
         2,
-        r"actor\.ppo_mini_batch_size \(16\) must divide data\.train_batch_size \(30\)",
+        r"actor\.ppo_mini_batch_size \(8\) must divide data\.train_batch_size \(30\)",
         id="batch-not-multiple",
     ),
     pytest.param(
         ["actor_rollout_ref.actor.ppo_mini_batch_size=64"],
         2,
-        r"actor\.ppo_mini_batch_size \(64\) must divide data\.train_batch_size \(32\)",
+        r"actor\.ppo_mini_batch_size \(64\) must divide data\.train_batch_size \(16\)",
         id="mini-too-big",
     ),
     pytest.param(
-        ["critic.ppo_mini_batch_size=7"], 2, r"critic\.ppo_mini_batch_size \(7\) must divide", id="critic-mini"
+        [GAE, "critic.ppo_mini_batch_size=7"], 2, r"critic\.ppo_mini_batch_size \(7\) must divide", id="critic-mini"
     ),
     pytest.param(
         ["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=7"],
@@ -345,7 +346,7 @@ CONFIG_VALUES = [
         id="micro",
     ),
     pytest.param(
-        ["critic.ppo_micro_batch_size_per_gpu=7"],
+        [GAE, "critic.ppo_micro_batch_size_per_gpu=7"],
         2,
         r"critic\.ppo_micro_batch_size_per_gpu \(7\) must divide",
         id="critic-micro",
@@ -415,24 +416,25 @@ CONFIG_VALUES = [
     ),
     # options that do not fit each other
     pytest.param(
-        ["actor_rollout_ref.rollout.n=1", "algorithm.adv_estimator=grpo", MICRO_8],
+        ["actor_rollout_ref.rollout.n=1", "algorithm.adv_estimator=grpo", MICRO_4],
         2,
         r"algorithm\.adv_estimator=grpo .*actor_rollout_ref\.rollout\.n \(1\) must be at least 2",
         id="grpo-n1",
     ),
     pytest.param(
         [
+            GAE,
             "actor_rollout_ref.rollout.n=1",
             "algorithm.filter_groups.enable=true",
-            MICRO_8,
-            "critic.ppo_micro_batch_size_per_gpu=8",
+            MICRO_4,
+            "critic.ppo_micro_batch_size_per_gpu=4",
         ],
         2,
         r"algorithm\.filter_groups\.enable=true .*rollout\.n >= 2 \(got 1\)",
         id="filter-n1",
     ),
     pytest.param(
-        ["critic.enable=false"], 2, r"adv_estimator=gae needs a critic .*critic\.enable=false", id="gae-nocritic"
+        [GAE, "critic.enable=false"], 2, r"adv_estimator=gae needs a critic .*critic\.enable=false", id="gae-nocritic"
     ),
     pytest.param(
         ["critic.enable=true", "algorithm.adv_estimator=grpo"],

@@ -15,3 +15,13 @@ SIZES = dict(
 def tiny(directory: str | Path, **overrides: Any) -> str:
     """The tiny Qwen2 model and tokenizer in ``directory`` (written once), with ``overrides`` of its sizes."""
     return ensure_tiny_model(directory, **{**SIZES, **overrides})
+
+
+# The built-in run with a critic, shaped as the default run was before it became GRPO (32 prompts x 4 samples,
+# mini-batches of 16): for the runs whose point is a critic (PPO's GAE), and whose figures were set on it.
+GAE_RUN = [
+    "algorithm.adv_estimator=gae",
+    "data.train_batch_size=32",
+    "actor_rollout_ref.rollout.n=4",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=16",
+]

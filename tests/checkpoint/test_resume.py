@@ -23,6 +23,7 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 SMALL = [
     "trainer.progress_bar=false",
+    "algorithm.adv_estimator=gae",  # a critic, whose weights, optimizer and warm-up resume too
     "data.train_batch_size=8",
     "actor_rollout_ref.actor.ppo_mini_batch_size=4",
     "critic.ppo_mini_batch_size=4",

@@ -20,6 +20,7 @@ SMALL = [
     "trainer.logger=[jsonl]",
     "trainer.test_freq=-1",
     "trainer.save_freq=-1",
+    "algorithm.adv_estimator=gae",  # a critic, on its own node group
     "data.train_batch_size=4",
     "actor_rollout_ref.actor.ppo_mini_batch_size=4",
     "critic.ppo_mini_batch_size=4",

@@ -8,7 +8,8 @@ from hybridrl.preflight.checks import load_and_check
 @pytest.mark.parametrize(
     "overrides,roles",
     [
-        ([], ["actor_rollout", "critic", "ref"]),
+        ([], ["actor_rollout", "ref"]),  # the default run: GRPO, KL in the reward
+        (["algorithm.adv_estimator=gae"], ["actor_rollout", "critic", "ref"]),
         (["algorithm.adv_estimator=grpo"], ["actor_rollout", "ref"]),
         (["algorithm.adv_estimator=grpo", "algorithm.use_kl_in_reward=false"], ["actor_rollout"]),
         (
@@ -46,13 +47,16 @@ def test_roles_not_needed_need_no_pool():
             r"adv_estimator=grpo compares the samples of one prompt, so actor_rollout_ref.rollout.n \(1\) must be at least 2",
         ),
         (["algorithm.adv_estimator=rloo", "actor_rollout_ref.rollout.n=1"], r"rloo.*rollout.n \(1\)"),
-        (["critic.enable=false"], r"adv_estimator=gae needs a critic \(values\), but critic.enable=false"),
+        (
+            ["algorithm.adv_estimator=gae", "critic.enable=false"],
+            r"adv_estimator=gae needs a critic \(values\), but critic.enable=false",
+        ),
         (
             ["algorithm.adv_estimator=grpo", "critic.enable=true"],
             r"critic.enable=true, but algorithm.adv_estimator=grpo",
         ),
         (
-            ["algorithm.filter_groups.enable=true", "actor_rollout_ref.rollout.n=1"],
+            ["algorithm.adv_estimator=gae", "algorithm.filter_groups.enable=true", "actor_rollout_ref.rollout.n=1"],
             r"filter_groups.*rollout.n >= 2 \(got 1\)",
         ),
         (

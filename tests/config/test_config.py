@@ -56,8 +56,8 @@ def test_micro_batch_that_does_not_divide_shows_numbers():
 
 
 def test_mini_batch_must_divide_train_batch():
-    with pytest.raises(ConfigError, match=r"critic.ppo_mini_batch_size \(6\) must divide data.train_batch_size \(32\)"):
-        load_and_check(["critic.ppo_mini_batch_size=6"])
+    with pytest.raises(ConfigError, match=r"critic.ppo_mini_batch_size \(6\) must divide data.train_batch_size \(16\)"):
+        load_and_check(["algorithm.adv_estimator=gae", "critic.ppo_mini_batch_size=6"])
 
 
 def test_sequences_must_split_over_workers():
@@ -74,7 +74,7 @@ def test_sequences_must_split_over_workers():
 
 def test_pool_mapping_errors():
     with pytest.raises(ConfigError, match=r"pool 'nowhere', which is not defined"):
-        load_and_check(["resource_pool.mapping.critic=nowhere"])
+        load_and_check(["algorithm.adv_estimator=gae", "resource_pool.mapping.critic=nowhere"])
     with pytest.raises(ConfigError, match=r"unknown role 'rewardz'"):
         load_and_check(["resource_pool.mapping.rewardz=global_pool"])
 

@@ -49,6 +49,7 @@ def test_strategy_mapping_form_for_megatron():
         # The built-in model has 4 attention heads, 2 key/value heads and 2 layers; the pool has 2 workers.
         (
             [
+                "algorithm.adv_estimator=gae",  # a critic (the default run has none)
                 "critic.strategy=megatron",
                 "critic.parallel_config.megatron.tp_size=3",
                 "resource_pool.pools.global_pool.GPU=3",
@@ -57,6 +58,7 @@ def test_strategy_mapping_form_for_megatron():
         ),
         (
             [
+                "algorithm.adv_estimator=gae",  # a critic (the default run has none)
                 "critic.strategy=megatron",
                 "critic.parallel_config.megatron.pp_size=4",
                 "resource_pool.pools.global_pool.GPU=4",
@@ -65,6 +67,7 @@ def test_strategy_mapping_form_for_megatron():
         ),
         (
             [
+                "algorithm.adv_estimator=gae",  # a critic (the default run has none)
                 "critic.strategy=megatron",
                 "critic.parallel_config.megatron.tp_size=2",
                 "critic.parallel_config.megatron.pp_size=2",
@@ -92,6 +95,7 @@ def test_batch_arithmetic_counts_data_parallel_replicas():
     with pytest.raises(ConfigError, match=r"/ 2 workers = 32 sequences"):
         load_and_check(
             [
+                "algorithm.adv_estimator=gae",
                 "resource_pool.pools.global_pool.GPU=4",
                 "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
                 "trainer.parallel_config.megatron.tp_size=2",
@@ -100,6 +104,7 @@ def test_batch_arithmetic_counts_data_parallel_replicas():
         )
     load_and_check(
         [
+            "algorithm.adv_estimator=gae",
             "resource_pool.pools.global_pool.GPU=4",
             "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
             "trainer.parallel_config.megatron.tp_size=2",
@@ -136,6 +141,7 @@ def test_main_refuses_a_bad_layout_before_ray(tmp_path):
             "-c",
             "import sys; from hybridrl.trainer.main_ppo import main; code = main(sys.argv[1:]);"
             "print('RAY_LOADED', 'ray' in sys.modules); sys.exit(code)",
+            "algorithm.adv_estimator=gae",
             "trainer.parallel_config.megatron.tp_size=3",
             "resource_pool.pools.global_pool.GPU=3",
         ],
@@ -158,6 +164,7 @@ def test_a_model_without_a_tensor_parallel_plan_is_refused(tmp_path):
         load_and_check(
             [
                 f"actor_rollout_ref.model.path={tmp_path / 'gpt2'}",
+                "algorithm.adv_estimator=gae",  # a critic (the default run has none)
                 "critic.strategy=megatron",
                 "critic.parallel_config.megatron.tp_size=2",
             ]

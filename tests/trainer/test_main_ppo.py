@@ -26,6 +26,7 @@ def test_short_run_writes_metrics_changes_weights_and_exports(tmp_path):
             f"trainer.output_dir={out}",
             "trainer.total_steps=3",
             "trainer.progress_bar=false",
+            "algorithm.adv_estimator=gae",  # PPO with a critic, as the seed's trainer
             "data.train_batch_size=8",
             "actor_rollout_ref.actor.ppo_mini_batch_size=8",
             "critic.ppo_mini_batch_size=8",

@@ -10,10 +10,16 @@ from safetensors.torch import load_file
 
 from hybridrl.config.loader import load_config
 from hybridrl.trainer.job import run
+from tests.tiny_models import GAE_RUN
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
-COMMON = ["trainer.progress_bar=false", "trainer.ray.object_store_memory=100000000", "trainer.test_freq=-1"]
+COMMON = [
+    "trainer.progress_bar=false",
+    "trainer.ray.object_store_memory=100000000",
+    "trainer.test_freq=-1",
+    *GAE_RUN,  # a critic, on the Megatron-style engine
+]
 
 
 def test_seed_mixed_layout_learns_on_four_workers(tmp_path):
