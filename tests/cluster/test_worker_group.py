@@ -49,6 +49,7 @@ def group(ray_cluster, tmp_path_factory):
     cfg = load_config(
         [
             "data.train_batch_size=4",
+            "actor_rollout_ref.rollout.n=4",
             "actor_rollout_ref.actor.ppo_mini_batch_size=4",
             "critic.ppo_mini_batch_size=4",
             "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",

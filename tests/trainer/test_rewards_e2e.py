@@ -20,6 +20,7 @@ SMALL = [
     "trainer.ray.include_dashboard=false",
     "trainer.ray.object_store_memory=100000000",
     "data.train_batch_size=8",
+    "actor_rollout_ref.rollout.n=4",
     "actor_rollout_ref.actor.ppo_mini_batch_size=8",
     "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
     "algorithm.adv_estimator=grpo",
