@@ -16,6 +16,9 @@ $(STAMP): pyproject.toml
 	# torch first, pinned: anything that lets pip choose would fetch a multi-GB CUDA build.
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet -e '.[test,lint]'
+	# Bytecode for our own sources once (pip compiles only what it installs): with PYTHONDONTWRITEBYTECODE set,
+	# as on our CI machines, every Ray worker would otherwise compile the package again as it imports it.
+	$(PY) -m compileall -q hybridrl tests
 	touch $(STAMP)
 
 install: $(STAMP)
