@@ -186,17 +186,17 @@ def colocated_passes(passes: list[ForwardPass]) -> list[list[ForwardPass]]:
 
 def run_forward_passes(passes: list[ForwardPass], batch: Batch) -> tuple[Batch, dict[str, float]]:
     """The passes (one worker group) as one call per rank: the rows go out once, every pass's outputs
-    come back as one batch. Also each pass's seconds, the slowest rank's own (dispatch excluded)."""
+    come back as one batch. Also each pass's seconds on the slowest rank (dispatch excluded): one rank's
+    split, so the phases add up to no more than the call (each pass's own slowest rank may differ)."""
     group = passes[0].client.group
     out, results = group.submit_dp_each([p.call for p in passes], batch)()
-    seconds = {
-        p.phase: max(
-            (s.end - s.start for r in results for s in r.sub_spans if s.name == f"{p.call[0]}.{p.call[1]}"),
-            default=0.0,
-        )
-        for p in passes
-    }
-    return out, seconds
+    names = {p.phase: f"{p.call[0]}.{p.call[1]}" for p in passes}
+    per_rank = [
+        {phase: sum(s.end - s.start for s in r.sub_spans if s.name == name) for phase, name in names.items()}
+        for r in results
+    ]
+    slowest = max(per_rank, key=lambda split: sum(split.values()), default={phase: 0.0 for phase in names})
+    return out, slowest
 
 
 @dataclass(frozen=True)

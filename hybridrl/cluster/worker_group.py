@@ -116,9 +116,9 @@ class WorkerGroup:
             if self.heartbeats is not None:
                 for rank, actor in enumerate(self.actors):
                     actor.start_heartbeat.remote(self.heartbeats, self.name, rank, self.liveness_timeout_s / 6)
-            master_addr, master_port = self._wait(
-                [self.actors[0].master_address.remote()], "master_address", start_timeout_s
-            )[0]
+            master_addr, master_port = self._wait([self.actors[0].host_store.remote()], "host_store", start_timeout_s)[
+                0
+            ]
             self.node_info = self._wait([a.node_info.remote() for a in self.actors], "node_info", start_timeout_s)
             nodes = [info.get("node_id") or info["ip"] for info in self.node_info]
             self._wait(
@@ -230,9 +230,9 @@ class WorkerGroup:
         refs = [a.call.remote(role, method, *args, **kwargs) for a in self.actors]
         return lambda: [r.value for r in self._gather(refs, f"{role}.{method}")]
 
-    def free_address(self) -> tuple[str, int]:
-        """An address and a free port on the first rank's node (for a channel that rank hosts)."""
-        return tuple(self._wait([self.actors[0].master_address.remote()], "master_address")[0])
+    def host_store(self) -> tuple[str, int]:
+        """The address of a store the first rank now hosts (for a channel that rank opens)."""
+        return tuple(self._wait([self.actors[0].host_store.remote()], "host_store")[0])
 
     def execute_all(self, fn: Callable[..., Any], *args: Any) -> list[Any]:
         """Run ``fn(worker, *args)`` on every rank (diagnostics); returns the per-rank values."""

@@ -20,6 +20,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from hybridrl.engine.dist import connect_store
+
 DTYPES = [
     torch.float32,
     torch.bfloat16,
@@ -44,8 +46,9 @@ class WeightChannel:
         self, address: str, port: int, rank: int, size: int, device: torch.device, timeout_s: float = 600.0
     ) -> None:
         timeout = datetime.timedelta(seconds=timeout_s)
-        # The constructor of the hosting rank waits until every other rank has connected.
-        store = dist.TCPStore(address, port, size, is_master=rank == 0, timeout=timeout)
+        # rank 0 hosts the store (``host_store``, called before the address went out); the group's constructor
+        # waits until every rank has joined
+        store = connect_store(address, port, timeout_s)
         prefixed = dist.PrefixStore("hybridrl-weights", store)
         self.rank, self.size, self.device = rank, size, device
         self._store = store  # kept alive: the group talks through it

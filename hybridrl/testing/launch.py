@@ -47,7 +47,6 @@ def _entry(
     return_freed_memory()
     torch.set_num_threads(1)
     # Every rank, rank 0 included, is a client of the launcher's store (see run_ranks).
-    os.environ["TORCHELASTIC_USE_AGENT_STORE"] = "True"
     if device == "cuda":
         torch.cuda.set_device(rank)
     init_process_group(rank, world_size, "127.0.0.1", port, torch.device(device))

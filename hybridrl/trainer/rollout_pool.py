@@ -25,7 +25,7 @@ class SeparateRollout:
     def __init__(self, actor: ActorRolloutClient, rollout: RolloutClient, timeout_s: float) -> None:
         """Opens the weight channel: the actor's first rank hosts it, every rollout worker joins."""
         self.actor, self.rollout = actor, rollout
-        address, port = actor.group.free_address()
+        address, port = actor.group.host_store()
         size = 1 + rollout.group.world_size
         # Both sides at once: the hosting rank waits in its constructor until every other rank connected.
         opening = [

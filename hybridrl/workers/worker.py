@@ -92,8 +92,9 @@ class Worker:
         """Beat into the run's heartbeat board until teardown (``cluster.liveness``)."""
         self._heartbeat = start_heartbeat(board, group, rank, interval_s)
 
-    def master_address(self) -> tuple[str, int]:
-        return hdist.node_ip(), hdist.free_port()
+    def host_store(self) -> tuple[str, int]:
+        """A rendezvous store this worker hosts and keeps bound (its group's, or a weight channel's)."""
+        return hdist.host_store()
 
     def setup(
         self, master_addr: str, master_port: int, timeout_s: float = 600.0, ranks_per_node: int | None = None

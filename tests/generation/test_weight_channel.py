@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import multiprocessing as mp
 
+import pytest
 import torch
+import torch.distributed as dist
 from safetensors.torch import load_file, save_file
 
 from hybridrl.config.loader import load_config
-from hybridrl.engine.dist import free_port
 from hybridrl.generation.weight_channel import WeightChannel
 from hybridrl.testing.launch import run_ranks
 from tests.engine.test_fsdp_parity import make_batch, overrides
@@ -24,6 +25,14 @@ TENSORS = {
 }
 
 
+@pytest.fixture
+def port():
+    """A store the test hosts, as a launcher would: every rank, the sending one too, is its client."""
+    store = dist.TCPStore("127.0.0.1", 0, None, is_master=True, wait_for_workers=False)
+    yield store.port
+    del store
+
+
 def channel_rank(rank: int, port: int, out: str) -> None:
     channel = WeightChannel("127.0.0.1", port, rank, 3, torch.device("cpu"), timeout_s=60)
     if rank == 0:
@@ -32,8 +41,7 @@ def channel_rank(rank: int, port: int, out: str) -> None:
     torch.save(list(channel.receive()), out)
 
 
-def test_every_tensor_arrives_exact_with_its_name_dtype_and_shape(tmp_path):
-    port = free_port()
+def test_every_tensor_arrives_exact_with_its_name_dtype_and_shape(tmp_path, port):
     ctx = mp.get_context("spawn")
     procs = [ctx.Process(target=channel_rank, args=(r, port, str(tmp_path / f"{r}.pt"))) for r in range(3)]
     for p in procs:
@@ -92,9 +100,8 @@ def receive_in_process(model_path: str, port: int, out: str) -> None:
     assert role.generate(prompts).tensors["responses"].shape[0] == 2
 
 
-def test_the_actors_fsdp_ranks_hand_their_weights_to_another_group(tmp_path):
+def test_the_actors_fsdp_ranks_hand_their_weights_to_another_group(tmp_path, port):
     model_path = tiny(tmp_path / "m")
-    port = free_port()
     receiver = mp.get_context("spawn").Process(
         target=receive_in_process, args=(model_path, port, str(tmp_path / "received.safetensors"))
     )
