@@ -45,17 +45,21 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 
 # The suite on PYTEST_WORKERS processes (pytest-xdist: most tests wait on process start-up and Ray, so two
-# share the 2 cores of a small machine ~1.3x faster than one), then the vLLM tests in the vLLM virtualenv
-# (deselected in the first run; PYTEST_ARGS selects in the first, VLLM_PYTEST_ARGS in the second). A fresh
-# machine builds the vLLM virtualenv in the background while the suite runs (pip mostly waits on the network
-# and the disk); its log is .install-vllm.log, shown if it fails.
+# share the 2 cores of a small machine ~1.3x faster than one) and, beside it, the vLLM tests in the vLLM
+# virtualenv (deselected in the first; PYTEST_ARGS selects in the first, VLLM_PYTEST_ARGS in the second). A
+# fresh machine builds that virtualenv in the background while the suite starts (pip mostly waits on the
+# network and the disk; its log is .install-vllm.log), then runs the vLLM tests as soon as it is ready: they
+# fill the cores the suite leaves idle while its runs start processes. Their output is .vllm-tests.log,
+# shown when they end.
 PYTEST_WORKERS ?= 2
 test: $(STAMP)
-	@$(MAKE) --no-print-directory install-vllm > .install-vllm.log 2>&1 & vllm=$$!; \
-	$(PY) -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) -m "not vllm" $(PYTEST_ARGS); suite=$$?; \
-	if ! wait $$vllm; then cat .install-vllm.log; echo "make install-vllm failed (log above)"; exit 1; fi; \
-	if [ $$suite -ne 0 ]; then exit $$suite; fi; \
-	$(VLLM_PY) -m pytest -q -p no:cacheprovider -m vllm $(VLLM_PYTEST_ARGS)
+	@$(PY) -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) -m "not vllm" $(PYTEST_ARGS) & suite=$$!; \
+	if ! $(MAKE) --no-print-directory install-vllm > .install-vllm.log 2>&1; then \
+		wait $$suite; cat .install-vllm.log; echo "make install-vllm failed (log above)"; exit 1; fi; \
+	$(VLLM_PY) -m pytest -q -p no:cacheprovider -m vllm $(VLLM_PYTEST_ARGS) > .vllm-tests.log 2>&1; vllm=$$?; \
+	wait $$suite; suite=$$?; \
+	echo "--- vLLM tests (.venv-vllm) ---"; cat .vllm-tests.log; \
+	if [ $$suite -ne 0 ]; then exit $$suite; fi; exit $$vllm
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) outputs

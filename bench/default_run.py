@@ -43,6 +43,9 @@ CANDIDATES: dict[str, list[str]] = {
     "mb4": ["actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16"],
     "mb16": ["actor_rollout_ref.actor.ppo_mini_batch_size=16"],
     "ent": ["actor_rollout_ref.actor.entropy_coeff=0.01"],
+    "lr2": ["actor_rollout_ref.actor.optim.lr=2e-3"],
+    "ep4": ["actor_rollout_ref.actor.ppo_epochs=4"],
+    "ep4_ch": ["actor_rollout_ref.actor.ppo_epochs=4", "actor_rollout_ref.actor.clip_ratio_high=0.28"],
     "kl_loss": [
         "algorithm.use_kl_in_reward=false",
         "actor_rollout_ref.actor.use_kl_loss=true",

@@ -1,9 +1,11 @@
 """SIGKILL during checkpointing: the latest checkpoint stays complete, loadable and resumable.
 
-The crash is placed, not raced: the run's driver process is started with the rename that completes step 2's
-checkpoint replaced by a SIGKILL of the driver and every process under it (its Ray cluster and workers, as a
-machine crash would). Step 2's checkpoint is then fully written under its temporary name, the worst moment
-to die: a watcher polling for the temporary directory found it by luck and cost 30-210 s a run."""
+The crash is placed, not raced: the run's driver process is started in a session of its own with the rename
+that completes step 2's checkpoint replaced by a SIGKILL of that whole process group (the driver, its Ray
+cluster and workers, as a machine crash would). Step 2's checkpoint is then fully written under its temporary
+name, the worst moment to die: a watcher polling for the temporary directory found it by luck and cost 30-210
+s a run. The group is killed at once rather than a snapshot of the driver's children: a process started
+after the snapshot survived it, held the captured output open, and cost the test 2 minutes under load."""
 
 from __future__ import annotations
 
@@ -34,10 +36,8 @@ SMALL = [
 
 # main_ppo, with the rename that would complete step 2's checkpoint turned into a crash of the whole run
 CRASH_BEFORE_RENAME = """
-import os, sys
+import os, signal, sys
 from pathlib import Path
-
-import psutil
 
 from hybridrl.trainer.main_ppo import main
 
@@ -45,9 +45,7 @@ rename = os.rename
 
 def rename_or_crash(src, dst, *args, **kwargs):
     if Path(src).name.startswith(".tmp-global_step_2-"):
-        me = psutil.Process()
-        for p in [*me.children(recursive=True), me]:
-            p.kill()
+        os.killpg(0, signal.SIGKILL)
     return rename(src, dst, *args, **kwargs)
 
 os.rename = rename_or_crash
@@ -58,23 +56,26 @@ sys.exit(main(sys.argv[1:]))
 def test_sigkill_while_checkpointing_leaves_a_resumable_latest(tmp_path, shared_ray):
     out = tmp_path / "run"
     ckpt_root = out / "checkpoints"
-    crashed = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            CRASH_BEFORE_RENAME,
-            f"trainer.output_dir={out}",
-            "trainer.total_steps=3",
-            "trainer.save_freq=1",
-            "trainer.max_ckpt_to_keep=2",
-            *SMALL,
-        ],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        timeout=300,
-    )
-    assert crashed.returncode == -signal.SIGKILL, crashed.stdout[-2000:]
+    log = tmp_path / "crashed.log"
+    with log.open("w") as sink:
+        crashed = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                CRASH_BEFORE_RENAME,
+                f"trainer.output_dir={out}",
+                "trainer.total_steps=3",
+                "trainer.save_freq=1",
+                "trainer.max_ckpt_to_keep=2",
+                *SMALL,
+            ],
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            cwd=tmp_path,
+            timeout=300,
+            start_new_session=True,  # its own process group, which the crash kills whole
+        )
+    assert crashed.returncode == -signal.SIGKILL, log.read_text()[-2000:]
 
     # Step 2's checkpoint is complete under its temporary name, and is not the latest: step 1 is.
     (half,) = ckpt_root.glob(".tmp-global_step_2-*")
