@@ -31,6 +31,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="LoRA runs: write the adapters as a PEFT adapter directory instead of the merged model",
     )
+    export.add_argument(
+        "--max-shard-mb",
+        type=int,
+        default=5000,
+        help="largest weights file (MiB); the export holds about three of them, not the model (default 5000)",
+    )
     report = sub.add_parser("report", help="write a self-contained HTML report of a finished (or running) run")
     report.add_argument("run_dir", help="the run's output directory (trainer.output_dir)")
     report.add_argument("--out", default=None, help="where to write the HTML (default: RUN_DIR/report.html)")
@@ -43,7 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "report":
         return _report(args.run_dir, args.out)
     if args.command == "export":
-        return _export(args.checkpoint_dir, args.out_dir, args.adapter)
+        return _export(args.checkpoint_dir, args.out_dir, args.adapter, args.max_shard_mb)
     try:
         cfg = load_and_check(args.overrides, yaml_path=args.config)
     except ConfigError as exc:
@@ -68,11 +74,13 @@ def _report(run_dir: str, out: str | None) -> int:
     return 0
 
 
-def _export(checkpoint_dir: str, out_dir: str, adapter: bool = False) -> int:
+def _export(checkpoint_dir: str, out_dir: str, adapter: bool = False, max_shard_mb: int = 5000) -> int:
     from hybridrl.checkpoint.export import export_actor  # noqa: PLC0415 - torch and transformers: only for `export`
 
     try:
-        written = export_actor(checkpoint_dir, out_dir, adapter)
+        if max_shard_mb <= 0:
+            raise ValueError(f"--max-shard-mb={max_shard_mb} must be positive")
+        written = export_actor(checkpoint_dir, out_dir, adapter, max_shard_mb * 2**20)
     except (FileNotFoundError, ValueError) as exc:
         sys.stderr.write(f"Export error: {exc}\n")
         return 2

@@ -20,6 +20,7 @@ import json
 import logging
 import math
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -185,11 +186,14 @@ def _agree(error: str | None) -> None:
 def read_full(path: Path, prefix: str = "") -> dict[str, torch.Tensor]:
     """The full tensors of a format-2 folder whose names start with ``prefix`` (stripped), read in this
     one process without a process group: ``model.`` gives the Hugging Face weights."""
-    state = {
-        key: torch.empty(meta.size, dtype=meta.properties.dtype)
-        for key, meta in tensor_metadata(path).items()
-        if key.startswith(prefix)
-    }
+    return _read(path, [key for key in tensor_metadata(path) if key.startswith(prefix)], prefix)
+
+
+def _read(
+    path: Path, keys: list[str], prefix: str, metadata: dict[str, TensorStorageMetadata] | None = None
+) -> dict[str, torch.Tensor]:
+    metadata = metadata or tensor_metadata(path)
+    state = {key: torch.empty(metadata[key].size, dtype=metadata[key].properties.dtype) for key in keys}
     with warnings.catch_warnings():  # DCP warns on every single-process load, which this is on purpose
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")
         dcp.load(state, storage_reader=HuggingFaceStorageReader(str(path)), no_dist=True)
@@ -201,3 +205,26 @@ def read_full_model(path: Path) -> dict[str, torch.Tensor]:
     if checkpoint_format(path) == 1:
         return assemble_full(path, prefix="model/")
     return read_full(path, prefix=MODEL)
+
+
+def iter_full_model(path: Path, batch_bytes: int) -> Iterator[tuple[str, torch.Tensor]]:
+    """The full model weights of an engine checkpoint, sorted by name, read a batch of at most
+    ``batch_bytes`` at a time (one tensor where it is larger): an export holds a batch, not the model.
+    Sorted, an adapted layer's base weight comes before its ``lora_A`` and ``lora_B`` (``lora.merged_weights``).
+    Format 1 (per-rank shards, the same layout only) is read whole."""
+    if checkpoint_format(path) == 1:
+        yield from sorted(assemble_full(path, prefix="model/").items())
+        return
+    metadata = tensor_metadata(path)
+    batch: list[str] = []
+    size = 0
+    for key in sorted(k for k in metadata if k.startswith(MODEL)):
+        meta = metadata[key]
+        nbytes = math.prod(meta.size) * meta.properties.dtype.itemsize
+        if batch and size + nbytes > batch_bytes:
+            yield from sorted(_read(path, batch, MODEL, metadata).items())
+            batch, size = [], 0
+        batch.append(key)
+        size += nbytes
+    if batch:
+        yield from sorted(_read(path, batch, MODEL, metadata).items())

@@ -79,8 +79,8 @@ class ActorRolloutClient(RoleClient):
         """One PPO update on the batch; each replica's metrics."""
         return self._split(ActorRolloutRole.update_actor, batch)
 
-    def save_hf(self, out_dir: str) -> list[str | None]:
-        return self._all(ActorRolloutRole.save_hf, out_dir)
+    def save_hf(self, out_dir: str, max_shard_bytes: int) -> list[str | None]:
+        return self._all(ActorRolloutRole.save_hf, out_dir, max_shard_bytes)
 
     def state_digest(self) -> list[dict[str, str]]:
         return self._all(ActorRolloutRole.state_digest)

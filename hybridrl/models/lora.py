@@ -15,6 +15,7 @@ adapted model's tensors into the plain model's (what the generation engines and 
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import math
@@ -196,11 +197,11 @@ def read_adapter_config(directory: Path) -> LoraConfig | None:
     return LoraConfig.from_pretrained(str(directory))
 
 
-def merged_state(state: dict[str, torch.Tensor], config: LoraConfig) -> dict[str, torch.Tensor]:
-    """A checkpoint's adapted state as the plain model's (every layer's ``lora_alpha / r``)."""
-    layers = {name.split(_LORA_A)[0] for name in state if _LORA_A in name}
+def uniform_scalings(config: LoraConfig) -> dict[str, float]:
+    """Every adapted layer's scale as a checkpoint's adapter config gives it (``lora_alpha / r``), for
+    ``merged_weights`` over a stream whose layers are not known in advance."""
     scale = float(config.lora_alpha) / float(config.r)
-    return dict(merged_weights(state.items(), dict.fromkeys(layers, scale)))
+    return collections.defaultdict(lambda: scale)
 
 
 def peft_adapter_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

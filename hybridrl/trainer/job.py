@@ -364,6 +364,6 @@ def _train_leg(parts: RunParts, resume_from: Path | None, restarts: int) -> tupl
         hf_dir = None
         if cfg.trainer.save_hf:
             hf_dir = str(output_dir / "actor_hf")
-            roles.actor_rollout.save_hf(hf_dir)
+            roles.actor_rollout.save_hf(hf_dir, cfg.trainer.hf_max_shard_mb * 2**20)
             logger.info("Saved the trained actor (Hugging Face format) to %s", hf_dir)
     return history, hf_dir

@@ -11,6 +11,7 @@ import torch
 from hybridrl.algorithms.losses import agg_loss, compute_kl_loss, get_policy_loss
 from hybridrl.algorithms.roles import ROLE_SECTIONS, active_roles, ref_in_actor
 from hybridrl.algorithms.token_logprobs import TokenScoring
+from hybridrl.checkpoint.hf_files import ShardedWeightsWriter
 from hybridrl.config.choices import Precision, Strategy
 from hybridrl.config.schema import ActorConfig, Config, ModelConfig, RefConfig, RolloutConfig
 from hybridrl.engine.context import DataLayout, WorkerContext
@@ -275,23 +276,26 @@ class ActorRolloutRole(EngineRole):
 
     def save_hf_metadata(self, out_dir: str) -> None:
         """Config, generation config and tokenizer: what an export needs besides the weights."""
-        config_for_export(self.export_skeleton.config).save_pretrained(out_dir)
-        self.export_skeleton.generation_config.save_pretrained(out_dir)
-        self.tokenizer.save_pretrained(out_dir)
+        self._save_hf_files(out_dir)
         if self.lora is not None:  # how ``hybridrl export`` merges the adapters, or publishes them
             save_adapter_config(self.engine.model, self.lora, out_dir)
 
-    def save_hf(self, out_dir: str) -> str | None:
-        """Write the actor as a Hugging Face directory: the weights stream to every rank one tensor at a
-        time, and only rank 0 keeps them (in host memory) to write."""
-        with self.offload.resident():
-            keep = self.ctx.rank == 0
-            state = {name: tensor.cpu() for name, tensor in self.engine.iter_full_weights() if keep}
-        if not keep:
-            return None
-        Path(out_dir).mkdir(parents=True, exist_ok=True)
-        # The training weights (fp32 masters), not the generation copy, which may be bf16.
-        self.export_skeleton.save_pretrained(out_dir, state_dict=state)
-        config_for_export(self.export_skeleton.config).save_pretrained(out_dir)  # replaces the training config
+    def _save_hf_files(self, out_dir: str) -> None:
+        config_for_export(self.export_skeleton.config).save_pretrained(out_dir)
+        self.export_skeleton.generation_config.save_pretrained(out_dir)
         self.tokenizer.save_pretrained(out_dir)
+
+    def save_hf(self, out_dir: str, max_shard_bytes: int) -> str | None:
+        """Write the actor as a Hugging Face directory, every rank writing its share of the weights: they
+        stream to every rank one tensor at a time and each keeps only those it writes
+        (``checkpoint.hf_files``), so no rank holds the whole model. The training weights (fp32 masters),
+        not the generation copy, which may be bf16; a LoRA actor's merged."""
+        writer = ShardedWeightsWriter(Path(out_dir), self.ctx.rank, self.ctx.world_size, max_shard_bytes)
+        with self.offload.resident():
+            for name, tensor in self.engine.iter_full_weights():
+                writer.add(name, tensor)
+        writer.finish()
+        if self.ctx.rank != 0:
+            return None
+        self._save_hf_files(out_dir)
         return out_dir

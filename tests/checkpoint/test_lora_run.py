@@ -8,10 +8,10 @@ import json
 import pytest
 import torch
 from peft import PeftModel
-from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
 from hybridrl.checkpoint.dcp_io import read_full
+from hybridrl.checkpoint.hf_files import read_weights
 from hybridrl.checkpoint.manager import role_dir
 from hybridrl.cli import main as cli_main
 from hybridrl.config.loader import load_config
@@ -84,7 +84,7 @@ def test_lora_runs_without_a_reference_model_resumes_exactly_and_exports(base_mo
     exported = AutoModelForCausalLM.from_pretrained(merged)
     torch.testing.assert_close(exported(ids).logits, final(ids).logits, rtol=0, atol=0)
     assert exported.generate(ids, max_new_tokens=3, do_sample=False).shape == (1, 8)
-    assert load_file(merged / "model.safetensors").keys() == load_file(full / "actor_hf" / "model.safetensors").keys()
+    assert read_weights(merged).keys() == read_weights(full / "actor_hf").keys()
 
     adapter = tmp_path / "adapter"
     assert cli_main(["export", str(full / "checkpoints" / "global_step_4"), str(adapter), "--adapter"]) == 0

@@ -21,6 +21,7 @@ from hybridrl.checkpoint.dcp_io import (
     save_engine,
 )
 from hybridrl.checkpoint.export import export_actor
+from hybridrl.checkpoint.hf_files import INDEX_FILE, read_weights
 from hybridrl.checkpoint.manager import STATE
 from hybridrl.checkpoint.shards import save_engine_shard
 from hybridrl.config.loader import load_config
@@ -239,6 +240,19 @@ def test_format1_loads_in_its_layout_and_exports(tiny, tmp_path):
 def test_format2_exports(tiny, source, tmp_path):
     exported = export_actor(as_checkpoint(tmp_path / "run", source / "ckpt", tiny), tmp_path / "hf")
     assert_equal(load_file(exported / "model.safetensors"), load_file(source / "saved.safetensors"))
+
+
+def test_format2_exports_streamed_in_files_of_the_limit(tiny, source, tmp_path):
+    """The checkpoint is read a file's worth at a time into files of at most the limit (#35): the same
+    weights, bitwise, as the whole-model export above."""
+    saved = load_file(source / "saved.safetensors")
+    limit = max(t.numel() * t.element_size() for t in saved.values())  # one tensor a file, at the largest
+    exported = export_actor(
+        as_checkpoint(tmp_path / "run", source / "ckpt", tiny), tmp_path / "hf", max_shard_bytes=limit
+    )
+    files = list(exported.glob("model-*-of-*.safetensors"))
+    assert len(files) > 2 and (exported / INDEX_FILE).is_file() and not (exported / "model.safetensors").exists()
+    assert_equal(read_weights(exported), saved)
 
 
 def test_unrecognised_folder_is_refused(tmp_path):

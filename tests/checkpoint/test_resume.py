@@ -9,10 +9,10 @@ import signal
 import psutil
 import pytest
 import torch
-from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
 from hybridrl.checkpoint.dcp_io import read_full
+from hybridrl.checkpoint.hf_files import read_weights
 from hybridrl.checkpoint.manager import role_dir
 from hybridrl.cli import main as cli_main
 from hybridrl.config.loader import load_config
@@ -99,7 +99,7 @@ def test_stop_resume_matches_uninterrupted_run(full, tmp_path, shared_ray):
     assert marks == ["leg 1: start", "leg 2: resumed after step 2"]
 
     assert training_metrics(full / "metrics.jsonl") == training_metrics(split / "metrics.jsonl")
-    a, b = load_file(full / "actor_hf" / "model.safetensors"), load_file(split / "actor_hf" / "model.safetensors")
+    a, b = read_weights(full / "actor_hf"), read_weights(split / "actor_hf")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     same_checkpoints(full, split)
 

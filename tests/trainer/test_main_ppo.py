@@ -9,6 +9,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
+from hybridrl.checkpoint.hf_files import read_weights
 from hybridrl.config.loader import load_config
 from hybridrl.observability.tracking.breakdown import TOP_LEVEL_EXCLUDED
 from hybridrl.observability.tracking.report import write_report
@@ -74,7 +75,7 @@ def test_short_run_writes_metrics_changes_weights_and_exports(tmp_path):
     assert list((out / "tensorboard").glob("events.out.tfevents.*"))
 
     initial = load_file(out / "tiny_model" / "model.safetensors")
-    trained = load_file(out / "actor_hf" / "model.safetensors")
+    trained = read_weights(out / "actor_hf")
     assert initial.keys() == trained.keys()
     assert any(not torch.equal(initial[k], trained[k]) for k in initial), "parameters did not change"
     model = AutoModelForCausalLM.from_pretrained(result["actor_hf"])

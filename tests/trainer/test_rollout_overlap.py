@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from hybridrl.checkpoint.hf_files import read_weights
 from hybridrl.config.loader import load_config
 from hybridrl.trainer.job import run
 
@@ -37,4 +38,4 @@ def test_overlapped_training_learns_the_default_task(tmp_path, shared_ray):
     assert "training/rollout_probs_diff_max" not in rows[-1]  # old log-probs are the behaviour policy's
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["gain"] >= 0.25, summary  # main_ppo's "the reward rose"
-    assert (tmp_path / "actor_hf" / "model.safetensors").is_file()
+    assert read_weights(tmp_path / "actor_hf")

@@ -104,6 +104,11 @@ class TrainerConfig:
         True, "reorder each step's sequences so every data-parallel worker gets about as many tokens"
     )
     save_hf: bool = doc(True, "write the trained actor to <output_dir>/actor_hf at the end")
+    hf_max_shard_mb: int = doc(
+        5000,
+        "largest weights file of that export (MiB); every rank writes its share, holding at most twice this "
+        "plus one tensor while it writes",
+    )
     save_freq: int = doc(50, "checkpoint every this many steps and at the last step; -1 = never")
     default_local_dir: str = doc(
         "${trainer.output_dir}/checkpoints",
@@ -141,6 +146,7 @@ class TrainerConfig:
             total_epochs=self.total_epochs or 1,
             n_gpus_per_node=self.n_gpus_per_node or 1,
             nnodes=self.nnodes or 1,
+            hf_max_shard_mb=self.hf_max_shard_mb,
         )
         problems += at_least(
             0,
