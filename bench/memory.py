@@ -3,6 +3,7 @@ and 4 CPU workers, next to what the memory model predicts. A figure, not a test.
 
     .venv/bin/python bench/memory.py [--workers 1 2 4] [--hidden 1024 --layers 16 ...]
     python bench/memory.py --device cuda --workers 1 --hidden 896 --layers 24 --heads 14 --kv-heads 2 --ffn 4864
+    .venv/bin/python bench/memory.py --workers 4 --algorithms grpo --lora-rank 16   # LoRA (no reference model)
 
 GPU mode (``--device cuda``, one GPU per rank, NCCL): the peak is ``torch.cuda.max_memory_allocated``
 (reset per phase), the runtime term is 0 (the CUDA context is not counted), and the copies take their
@@ -101,7 +102,14 @@ class Meter:
 
 
 def measure_on_rank(
-    rank: int, world_size: int, model_path: str, algorithm: str, out_dir: str, device: str, shard_bytes: int
+    rank: int,
+    world_size: int,
+    model_path: str,
+    algorithm: str,
+    out_dir: str,
+    device: str,
+    shard_bytes: int,
+    lora_rank: int = 0,
 ) -> None:
     """One algorithm's phases on this rank; writes ``{phase: peak bytes}`` and the runtime's memory."""
     from torch.distributed.device_mesh import init_device_mesh
@@ -126,6 +134,8 @@ def measure_on_rank(
             "critic.ppo_epochs=1",
             f"actor_rollout_ref.actor.use_kl_loss={str(algorithm == 'grpo').lower()}",
             f"resource_pool.pools.global_pool.GPU={world_size}",
+            f"actor_rollout_ref.model.lora_rank={lora_rank}",
+            f"actor_rollout_ref.model.lora_alpha={2 * lora_rank}",
         ]
     )
     where = torch.device(device, rank) if device == "cuda" else torch.device(device)
@@ -135,7 +145,10 @@ def measure_on_rank(
 
     meter.reset()
     actor = ActorRolloutRole.from_config(cfg, ctx)
-    other = RefRole.from_config(cfg, ctx) if algorithm == "grpo" else CriticRole.from_config(cfg, ctx)
+    # With LoRA the reference is the actor's base (its adapters off): no reference model is built
+    other: Any = actor if algorithm == "grpo" and lora_rank else None
+    if other is None:
+        other = RefRole.from_config(cfg, ctx) if algorithm == "grpo" else CriticRole.from_config(cfg, ctx)
     peaks["load"] = meter.peak()
 
     meter.reset()
@@ -152,7 +165,7 @@ def measure_on_rank(
     prompts = rollout_batch(len(actor.tokenizer), seed=1).split(world_size)[rank]
     generated = phase("generate", lambda: actor.generate(prompts))
     old = phase("log-probs", lambda: actor.compute_log_prob(generated))
-    if isinstance(other, RefRole):
+    if isinstance(other, (RefRole, ActorRolloutRole)):
         ref = phase("ref", lambda: other.compute_ref_log_prob(generated))
         batch = training_batch(generated, old, ref, None)
         phase("update", lambda: actor.update_actor(batch))
@@ -168,7 +181,7 @@ def measure_on_rank(
 
 
 def predicted(
-    model_path: str, world_size: int, algorithm: str, runtime: float, device: str, shard_bytes: int
+    model_path: str, world_size: int, algorithm: str, runtime: float, device: str, shard_bytes: int, lora_rank: int = 0
 ) -> dict[str, float]:
     """The memory model's bytes per rank for each phase (see the module docstring)."""
     model, _ = empty_causal_lm(model_path)
@@ -182,8 +195,17 @@ def predicted(
     kv_dim = config.num_key_value_heads * config.hidden_size // config.num_attention_heads
     per_token = config.num_hidden_layers * (6 * config.hidden_size + 2 * kv_dim + 4 * config.intermediate_size)
     tokens = PROMPTS * SAMPLES * (PROMPT_LEN + RESPONSE_LEN) / world_size
-    actor_params = params * fp32 / world_size
+    # LoRA on every linear layer of the decoder (PEFT's all-linear): r x (in + out) each, trained alone
+    adapters = sum(
+        lora_rank * (m.in_features + m.out_features)
+        for m in model.model.layers.modules()
+        if isinstance(m, torch.nn.Linear)
+    )
+    trained = adapters if lora_rank else params
+    actor_params = (params + adapters) * fp32 / world_size
     other_params = params * (fp32 if algorithm == "ppo" else ref_bytes) / world_size  # critic or reference
+    if lora_rank and algorithm == "grpo":
+        other_params = 0  # the reference is the actor's base, its adapters off
     generation = params * gen_bytes
     bucket = largest * (gen_bytes + fp32)
     working = 2 * layer * fp32  # one gathered layer and its unsharded gradient
@@ -191,7 +213,7 @@ def predicted(
     resident = runtime + actor_params + other_params + generation  # before the first optimizer step
     # The first update allocates the actor's gradients and Adam moments (3 more copies of its shard); a
     # trained critic's come with its own update, after the actor's.
-    updated = resident + 3 * actor_params
+    updated = resident + 3 * trained * fp32 / world_size
     forward = "ref" if algorithm == "grpo" else "values"  # the other role's forward
     out = {
         "load": resident + bucket + actor_params,  # + the file pages of the slices read, mapped meanwhile
@@ -207,8 +229,8 @@ def predicted(
     # The export: the rank's pending file (its share of the weights, at most one file) and safetensors'
     # serialised copy of it, plus the full tensor in flight; the trained roles' Adam moments stay (their
     # gradients are freed after each step).
-    trained = resident + 2 * actor_params + (2 * other_params if algorithm == "ppo" else 0)
-    out["export"] = trained + 2 * min(shard_bytes, actor_params + largest * fp32) + largest * fp32
+    after = resident + 2 * trained * fp32 / world_size + (2 * other_params if algorithm == "ppo" else 0)
+    out["export"] = after + 2 * min(shard_bytes, actor_params + largest * fp32) + largest * fp32
     return out
 
 
@@ -229,6 +251,7 @@ def main() -> None:
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--algorithms", nargs="+", choices=["ppo", "grpo"], default=["ppo", "grpo"])
     parser.add_argument("--hf-max-shard-mb", type=int, default=64, help="trainer.hf_max_shard_mb of the export")
+    parser.add_argument("--lora-rank", type=int, default=0, help="actor_rollout_ref.model.lora_rank (alpha 2x)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     with tempfile.TemporaryDirectory() as tmp:
@@ -246,7 +269,7 @@ def main() -> None:
         logger.info(
             "%-5s %7s %4s %-13s %10s %10s %7s", "algo", "workers", "rank", "phase", "peak GB", "model GB", "ratio"
         )
-        worst = export_worst = 0.0
+        worst = export_worst = largest = 0.0
         for algorithm in args.algorithms:
             for world_size in args.workers:
                 if args.device == "cuda" and world_size > torch.cuda.device_count():
@@ -257,7 +280,9 @@ def main() -> None:
                 )
                 for rank in range(world_size):
                     peaks = json.loads(Path(tmp, f"{algorithm}_w{world_size}_r{rank}.json").read_text())
-                    model = predicted(model_path, world_size, algorithm, peaks["runtime"], args.device, shard)
+                    model = predicted(
+                        model_path, world_size, algorithm, peaks["runtime"], args.device, shard, args.lora_rank
+                    )
                     extra, share = export_figures(peaks, params * 4)
                     export_worst = max(export_worst, share) if world_size == max(args.workers) else export_worst
                     logger.info(
@@ -272,6 +297,7 @@ def main() -> None:
                         ratio = peaks[phase] / bytes_
                         if world_size == max(args.workers):
                             worst = max(worst, ratio)
+                            largest = max(largest, peaks[phase])
                         logger.info(
                             "%-5s %7d %4d %-13s %10.2f %10.2f %7.2f",
                             algorithm,
@@ -283,6 +309,7 @@ def main() -> None:
                             ratio,
                         )
         logger.info("largest measured/predicted on %d workers: %.2f (goal: at most 1.15)", max(args.workers), worst)
+        logger.info("largest per-rank peak of any phase on %d workers: %.2f GB", max(args.workers), largest / GB)
         logger.info(
             "largest export peak on %d workers: %.2fx the model's fp32 bytes (goal: at most 0.35)",
             max(args.workers),
