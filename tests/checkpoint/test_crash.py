@@ -1,11 +1,13 @@
 """SIGKILL during checkpointing: the latest checkpoint stays complete, loadable and resumable.
 
 The crash is placed, not raced: the run's driver process is started in a session of its own with the rename
-that completes step 2's checkpoint replaced by a SIGKILL of that whole process group (the driver, its Ray
-cluster and workers, as a machine crash would). Step 2's checkpoint is then fully written under its temporary
-name, the worst moment to die: a watcher polling for the temporary directory found it by luck and cost 30-210
-s a run. The group is killed at once rather than a snapshot of the driver's children: a process started
-after the snapshot survived it, held the captured output open, and cost the test 2 minutes under load."""
+that completes step 2's checkpoint replaced by a SIGKILL of that whole process group (the driver and
+anything it started). Step 2's checkpoint is then fully written under its temporary name, the worst moment
+to die: a watcher polling for the temporary directory found it by luck and cost 30-210 s a run. The group is
+killed at once rather than a snapshot of the driver's children: a process started after the snapshot
+survived it, held the captured output open, and cost the test 2 minutes under load. The driver joins the
+session's Ray cluster, whose workers Ray ends with their dead driver's job: a cluster of its own was one
+more start-up that timed out on a loaded machine ("The current node timed out during startup")."""
 
 from __future__ import annotations
 
@@ -67,6 +69,7 @@ def test_sigkill_while_checkpointing_leaves_a_resumable_latest(tmp_path, shared_
                 "trainer.total_steps=3",
                 "trainer.save_freq=1",
                 "trainer.max_ckpt_to_keep=2",
+                f"trainer.ray.address={shared_ray}",
                 *SMALL,
             ],
             stdout=sink,
@@ -85,7 +88,7 @@ def test_sigkill_while_checkpointing_leaves_a_resumable_latest(tmp_path, shared_
     assert latest is not None and latest.name == "global_step_1"
     assert json.loads((latest / STATE).read_text())["step"] == 1
 
-    # The crashed run had a cluster of its own (killed with it); the resumed one joins the session's.
+    # The resumed run joins the same cluster; the crashed job's workers are gone with their driver.
     resumed = [f"trainer.output_dir={out}", "trainer.total_steps=3", "trainer.save_freq=1", *SMALL]
     result = run(load_config([*resumed, f"trainer.ray.address={shared_ray}"]))
     assert len(result["history"]) == 3
