@@ -109,7 +109,7 @@ def measure_on_rank(
     out_dir: str,
     device: str,
     shard_bytes: int,
-    lora_rank: int = 0,
+    lora_rank: int,
 ) -> None:
     """One algorithm's phases on this rank; writes ``{phase: peak bytes}`` and the runtime's memory."""
     from torch.distributed.device_mesh import init_device_mesh
@@ -181,7 +181,7 @@ def measure_on_rank(
 
 
 def predicted(
-    model_path: str, world_size: int, algorithm: str, runtime: float, device: str, shard_bytes: int, lora_rank: int = 0
+    model_path: str, world_size: int, algorithm: str, runtime: float, device: str, shard_bytes: int, lora_rank: int
 ) -> dict[str, float]:
     """The memory model's bytes per rank for each phase (see the module docstring)."""
     model, _ = empty_causal_lm(model_path)
@@ -276,7 +276,15 @@ def main() -> None:
                     raise SystemExit(f"--workers {world_size}: this machine has {torch.cuda.device_count()} GPU(s)")
                 shard = args.hf_max_shard_mb * 2**20
                 run_ranks(
-                    measure_on_rank, world_size, model_path, algorithm, tmp, args.device, shard, device=args.device
+                    measure_on_rank,
+                    world_size,
+                    model_path,
+                    algorithm,
+                    tmp,
+                    args.device,
+                    shard,
+                    args.lora_rank,
+                    device=args.device,
                 )
                 for rank in range(world_size):
                     peaks = json.loads(Path(tmp, f"{algorithm}_w{world_size}_r{rank}.json").read_text())

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from hybridrl.config.loader import ConfigError, to_yaml
+from hybridrl.config.schema import TrainerConfig
 from hybridrl.observability.tracking.report import write_report
 from hybridrl.preflight.checks import load_and_check
 
@@ -34,8 +35,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     export.add_argument(
         "--max-shard-mb",
         type=int,
-        default=5000,
-        help="largest weights file (MiB); the export holds about three of them, not the model (default 5000)",
+        default=TrainerConfig.hf_max_shard_mb,
+        help="largest weights file (MiB); the export holds about three of them, not the model "
+        f"(default {TrainerConfig.hf_max_shard_mb}, as trainer.hf_max_shard_mb)",
     )
     report = sub.add_parser("report", help="write a self-contained HTML report of a finished (or running) run")
     report.add_argument("run_dir", help="the run's output directory (trainer.output_dir)")
@@ -74,7 +76,7 @@ def _report(run_dir: str, out: str | None) -> int:
     return 0
 
 
-def _export(checkpoint_dir: str, out_dir: str, adapter: bool = False, max_shard_mb: int = 5000) -> int:
+def _export(checkpoint_dir: str, out_dir: str, adapter: bool, max_shard_mb: int) -> int:
     from hybridrl.checkpoint.export import export_actor  # noqa: PLC0415 - torch and transformers: only for `export`
 
     try:

@@ -219,12 +219,11 @@ def iter_full_model(path: Path, batch_bytes: int) -> Iterator[tuple[str, torch.T
     batch: list[str] = []
     size = 0
     for key in sorted(k for k in metadata if k.startswith(MODEL)):
-        meta = metadata[key]
-        nbytes = math.prod(meta.size) * meta.properties.dtype.itemsize
+        nbytes = math.prod(metadata[key].size) * metadata[key].properties.dtype.itemsize
         if batch and size + nbytes > batch_bytes:
-            yield from sorted(_read(path, batch, MODEL, metadata).items())
+            yield from _read(path, batch, MODEL, metadata).items()  # in the batch's (sorted) order
             batch, size = [], 0
         batch.append(key)
         size += nbytes
     if batch:
-        yield from sorted(_read(path, batch, MODEL, metadata).items())
+        yield from _read(path, batch, MODEL, metadata).items()

@@ -13,7 +13,6 @@ safetensors' serialised copy of it, and the tensor in flight. The files are then
 from __future__ import annotations
 
 import json
-import logging
 import os
 from pathlib import Path
 
@@ -21,12 +20,12 @@ import torch
 import torch.distributed as dist
 from safetensors.torch import load_file, save_file
 
-logger = logging.getLogger(__name__)
+from hybridrl.config.schema import TrainerConfig
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
 _PART = ".part-"  # a rank's file before every rank has written its own (then renamed)
-DEFAULT_SHARD_BYTES = 5000 * 2**20  # trainer.hf_max_shard_mb's default
+DEFAULT_SHARD_BYTES = TrainerConfig.hf_max_shard_mb * 2**20
 
 
 class ShardedWeightsWriter:
