@@ -81,7 +81,7 @@ def prompts(count: int) -> tuple[torch.Tensor, torch.Tensor]:
 def measure(rank: int, world_size: int, model_path: str, args: argparse.Namespace, out: str) -> None:
     """Both engines in this (rank 0) process, the same weights, prompts and sampling."""
     from hybridrl.config.schema import RolloutConfig, SamplingConfig
-    from hybridrl.generation.engines.base import EngineSite
+    from hybridrl.generation.engines.base import EngineSite, GenerationRequest
     from hybridrl.generation.engines.hf import HFRolloutEngine
     from hybridrl.generation.engines.vllm import VLLMRolloutEngine
     from hybridrl.models.loader import load_causal_lm
@@ -120,7 +120,9 @@ def measure(rank: int, world_size: int, model_path: str, args: argparse.Namespac
             handover = time.perf_counter() - t0
             t0 = time.perf_counter()
             result = engine.generate(
-                input_ids, attention_mask, max_new_tokens=args.new_tokens, sampling=sampling, seed=repeat
+                GenerationRequest(
+                    input_ids, attention_mask, max_new_tokens=args.new_tokens, sampling=sampling, seed=repeat
+                )
             )
             seconds = time.perf_counter() - t0
             if repeat:

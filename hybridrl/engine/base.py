@@ -34,6 +34,10 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+#: What ``forward_backward`` minimises on each micro-batch: the model's output and the micro-batch in, the
+#: loss and its metrics out.
+LossFn = Callable[[ModelOutput, "Batch"], tuple[torch.Tensor, dict[str, float]]]
+
 
 class TrainEngine:
     def __init__(
@@ -225,12 +229,7 @@ class TrainEngine:
         return results
 
     def forward_backward(
-        self,
-        micro: list[Batch],
-        loss_fn: Callable[[ModelOutput, Batch], tuple[torch.Tensor, dict[str, float]]],
-        *,
-        average: bool = True,
-        scoring: TokenScoring | None = None,
+        self, micro: list[Batch], loss_fn: LossFn, *, average: bool = True, scoring: TokenScoring | None = None
     ) -> list[dict]:
         """Accumulate the gradients of the mean (``average``) or the sum of ``loss_fn`` over the
         micro-batches (a sum when the caller weighs each micro-batch itself); return their metrics."""

@@ -10,7 +10,7 @@ import torch
 
 from hybridrl.config.schema import ModelConfig, RolloutConfig
 from hybridrl.engine.context import DataLayout, WorkerContext
-from hybridrl.generation.engines.base import EngineSite
+from hybridrl.generation.engines.base import EngineSite, GenerationRequest
 from hybridrl.generation.engines.factory import build_rollout_engine
 from hybridrl.generation.weight_channel import WeightChannel
 from hybridrl.models.loader import empty_causal_lm, load_tokenizer
@@ -68,13 +68,14 @@ class Generation:
         # ReMax's greedy pass.
         sampling = batch.meta.get("sampling") or self.cfg.sampling()
         with self.ctx.recorder.span("generate_worker"):
-            out = self.engine.generate(
+            request = GenerationRequest(
                 batch.tensors["input_ids"].to(self.ctx.device),
                 batch.tensors["attention_mask"].to(self.ctx.device),
                 max_new_tokens=self.max_response_length,
                 sampling=sampling,
                 seed=seed,
             )
+            out = self.engine.generate(request)
         texts = self.tokenizer.batch_decode(out["responses"], skip_special_tokens=True)
         return Batch.from_dict(tensors={k: v.cpu() for k, v in out.items()}, non_tensors={"response_text": texts})
 

@@ -12,11 +12,9 @@ from hybridrl.algorithms.losses import loss_units
 from hybridrl.algorithms.token_logprobs import TokenScores, TokenScoring, token_log_probs
 from hybridrl.config.schema import TrainedRoleConfig
 from hybridrl.data.partition import balanced_partition, micro_batch_count
-from hybridrl.engine.base import TrainEngine
+from hybridrl.engine.base import LossFn, TrainEngine
 from hybridrl.engine.packing import ModelOutput, PackedOutput
 from hybridrl.protocol import Batch
-
-LossFn = Callable[[ModelOutput, Batch], tuple[torch.Tensor, dict[str, float]]]
 
 
 def response_log_probs(

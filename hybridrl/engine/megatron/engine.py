@@ -23,7 +23,7 @@ from torch.distributed.tensor import Replicate
 from hybridrl.algorithms.token_logprobs import TokenScoring
 from hybridrl.config.choices import Precision
 from hybridrl.config.schema import OptimConfig
-from hybridrl.engine.base import TrainEngine
+from hybridrl.engine.base import LossFn, TrainEngine
 from hybridrl.engine.megatron.layout import MegatronLayout
 from hybridrl.engine.megatron.tensor_parallel import apply_tensor_parallel, megatron_mesh
 from hybridrl.engine.packing import ModelOutput, PackedOutput, PackedRows, pack_batch, pad_packed
@@ -208,12 +208,7 @@ class MegatronEngine(TrainEngine):
             return self._run_pipeline(micro, head, train=False)
 
     def forward_backward(
-        self,
-        micro: list[Batch],
-        loss_fn: Callable[[ModelOutput, Batch], tuple[torch.Tensor, dict[str, float]]],
-        *,
-        average: bool = True,
-        scoring: TokenScoring | None = None,
+        self, micro: list[Batch], loss_fn: LossFn, *, average: bool = True, scoring: TokenScoring | None = None
     ) -> list[dict]:
         if self.layout.pp_size == 1:
             return super().forward_backward(micro, loss_fn, average=average)

@@ -35,6 +35,18 @@ class EngineSite:
     seed: int = 0
 
 
+@dataclass(frozen=True)
+class GenerationRequest:
+    """One ``generate`` call, whatever the engine: left-padded prompts (``input_ids``, ``attention_mask``:
+    (B, P)), the longest response, how to sample, and the seed that makes the draw repeatable."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    max_new_tokens: int
+    sampling: SamplingConfig
+    seed: int = 0
+
+
 class RolloutEngine(Protocol):
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None: ...
 
@@ -42,16 +54,8 @@ class RolloutEngine(Protocol):
 
     def resume(self, keep_weights: bool = True) -> None: ...
 
-    def generate(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
-        *,
-        max_new_tokens: int,
-        sampling: SamplingConfig,
-        seed: int,
-    ) -> dict[str, torch.Tensor]:
-        """Responses to left-padded prompts, right-padded to ``max_new_tokens``, sampled as ``sampling`` says."""
+    def generate(self, request: GenerationRequest) -> dict[str, torch.Tensor]:
+        """Responses to the request's prompts, right-padded to its ``max_new_tokens``, sampled as it says."""
         ...
 
     def weights_digest(self) -> str:

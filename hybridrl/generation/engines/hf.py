@@ -21,11 +21,10 @@ from collections.abc import Iterable
 import torch
 from transformers import DynamicCache, LogitsProcessor, LogitsProcessorList, PreTrainedModel
 
-from hybridrl.config.schema import SamplingConfig
 from hybridrl.engine.base import state_digest
 from hybridrl.engine.offload import HOST, move_module
 from hybridrl.engine.prompt_sharing import prompt_groups
-from hybridrl.generation.engines.base import rollout_batch
+from hybridrl.generation.engines.base import GenerationRequest, rollout_batch
 from hybridrl.models.loader import cache_keyword
 from hybridrl.models.weights import materialize
 
@@ -139,17 +138,10 @@ class HFRolloutEngine:
         return max(1, self.max_tokens_per_generate // (prompt_len + max_new_tokens))
 
     @torch.no_grad()
-    def generate(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
-        *,
-        max_new_tokens: int,
-        sampling: SamplingConfig,
-        seed: int,
-    ) -> dict[str, torch.Tensor]:
+    def generate(self, request: GenerationRequest) -> dict[str, torch.Tensor]:
         """Sample responses for left-padded prompts; outputs are padded to ``max_new_tokens``."""
-        # input_ids, attention_mask: (B, P)
+        input_ids, attention_mask = request.input_ids, request.attention_mask  # (B, P)
+        max_new_tokens, sampling = request.max_new_tokens, request.sampling
         step = self.rows_per_call(input_ids.shape[1], max_new_tokens, input_ids.shape[0])
         top_k = sampling.top_k if sampling.top_k > 0 else None
         kwargs = (
@@ -158,7 +150,7 @@ class HFRolloutEngine:
             else dict(do_sample=False, temperature=None, top_k=None, top_p=None)
         )
         generator_state = torch.random.get_rng_state()
-        torch.manual_seed(seed)
+        torch.manual_seed(request.seed)
         try:
             parts = [
                 self._generate_rows(

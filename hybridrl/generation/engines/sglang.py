@@ -45,6 +45,7 @@ from hybridrl.config.schema import RolloutConfig, SamplingConfig
 from hybridrl.engine.dist import free_port
 from hybridrl.generation.engines.base import (
     EngineSite,
+    GenerationRequest,
     eos_ids,
     pad_responses,
     prompt_token_lists,
@@ -355,16 +356,9 @@ class SGLangRolloutEngine:
             self.released -= set(waking)
 
     # -- generation ----------------------------------------------------------------------------
-    def generate(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
-        *,
-        max_new_tokens: int,
-        sampling: SamplingConfig,
-        seed: int,
-    ) -> dict[str, torch.Tensor]:
-        # input_ids, attention_mask: (B, P), left-padded
+    def generate(self, request: GenerationRequest) -> dict[str, torch.Tensor]:
+        input_ids, attention_mask = request.input_ids, request.attention_mask  # (B, P), left-padded
+        max_new_tokens, sampling, seed = request.max_new_tokens, request.sampling, request.seed
         prompts = prompt_token_lists(input_ids, attention_mask)
         per_rank = self.replica.gather((prompts, [request_seed(seed, i) for i in range(len(prompts))]))
 

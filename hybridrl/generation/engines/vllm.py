@@ -32,6 +32,7 @@ from hybridrl.config.schema import RolloutConfig, SamplingConfig
 from hybridrl.engine.base import state_digest
 from hybridrl.generation.engines.base import (
     EngineSite,
+    GenerationRequest,
     eos_ids,
     pad_responses,
     prompt_token_lists,
@@ -181,16 +182,9 @@ class VLLMRolloutEngine:
         digests = self.llm.collective_rpc(_model_digest)
         return str(digests[0])
 
-    def generate(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
-        *,
-        max_new_tokens: int,
-        sampling: SamplingConfig,
-        seed: int,
-    ) -> dict[str, torch.Tensor]:
-        # input_ids, attention_mask: (B, P), left-padded
+    def generate(self, request: GenerationRequest) -> dict[str, torch.Tensor]:
+        input_ids, attention_mask = request.input_ids, request.attention_mask  # (B, P), left-padded
+        max_new_tokens, sampling, seed = request.max_new_tokens, request.sampling, request.seed
         common = sampling_kwargs(max_new_tokens=max_new_tokens, sampling=sampling, stop=eos_ids(self.eos_token_id))
         prompts = [self._tokens_prompt(prompt_token_ids=ids) for ids in prompt_token_lists(input_ids, attention_mask)]
         params = [self._sampling_params(seed=request_seed(seed, i), **common) for i in range(len(prompts))]

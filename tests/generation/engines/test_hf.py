@@ -2,7 +2,7 @@ import torch
 
 from hybridrl.config.schema import RolloutConfig, SamplingConfig
 from hybridrl.engine import prompt_sharing
-from hybridrl.generation.engines.base import position_ids_from, response_mask_from
+from hybridrl.generation.engines.base import GenerationRequest, position_ids_from, response_mask_from
 from hybridrl.generation.engines.factory import hf_static_cache
 from hybridrl.generation.engines.hf import HFRolloutEngine
 from hybridrl.models.loader import load_causal_lm, load_tokenizer
@@ -34,8 +34,8 @@ def test_generate_shapes_and_seed_determinism(tmp_path):
     engine = HFRolloutEngine(load_causal_lm(path), tok.pad_token_id, tok.eos_token_id)
     enc = tok(["12=", "3="], padding=True, return_tensors="pt", add_special_tokens=False)
     kwargs = dict(max_new_tokens=5, sampling=SamplingConfig(do_sample=True, temperature=1.0, top_k=0, top_p=1.0))
-    a = engine.generate(enc["input_ids"], enc["attention_mask"], seed=7, **kwargs)
-    b = engine.generate(enc["input_ids"], enc["attention_mask"], seed=7, **kwargs)
+    a = engine.generate(GenerationRequest(enc["input_ids"], enc["attention_mask"], seed=7, **kwargs))
+    b = engine.generate(GenerationRequest(enc["input_ids"], enc["attention_mask"], seed=7, **kwargs))
     assert a["responses"].shape == (2, 5) and a["input_ids"].shape == (2, 8)
     assert torch.equal(a["responses"], b["responses"])
     assert torch.equal(a["attention_mask"][:, 3:], a["response_mask"])
@@ -62,11 +62,13 @@ def test_rollout_log_probs_are_the_temperature_scaled_ones_of_the_sampled_tokens
     enc = tok(["12=", "3=", "456="], padding=True, return_tensors="pt", add_special_tokens=False)
     temperature = 0.7
     out = engine.generate(
-        enc["input_ids"],
-        enc["attention_mask"],
-        max_new_tokens=6,
-        sampling=SamplingConfig(do_sample=True, temperature=temperature, top_k=0, top_p=1.0),
-        seed=3,
+        GenerationRequest(
+            enc["input_ids"],
+            enc["attention_mask"],
+            max_new_tokens=6,
+            sampling=SamplingConfig(do_sample=True, temperature=temperature, top_k=0, top_p=1.0),
+            seed=3,
+        )
     )
     # a full forward over prompt + response: the trainer's view of the same tokens
     with torch.no_grad():
@@ -87,8 +89,8 @@ def test_generate_in_chunks_of_a_token_budget_matches_one_call(tmp_path):
     enc = tok(["12=", "3=", "45=", "6=", "7="], padding=True, return_tensors="pt", add_special_tokens=False)
     assert chunked.rows_per_call(enc["input_ids"].shape[1], 5, 5) == 2
     kwargs = dict(max_new_tokens=5, sampling=SamplingConfig(False, 1.0, 0, 1.0), seed=0)
-    a = whole.generate(enc["input_ids"], enc["attention_mask"], **kwargs)
-    b = chunked.generate(enc["input_ids"], enc["attention_mask"], **kwargs)
+    a = whole.generate(GenerationRequest(enc["input_ids"], enc["attention_mask"], **kwargs))
+    b = chunked.generate(GenerationRequest(enc["input_ids"], enc["attention_mask"], **kwargs))
     assert torch.equal(a["responses"], b["responses"])
     torch.testing.assert_close(a["rollout_log_probs"], b["rollout_log_probs"], atol=1e-5, rtol=0)
 
@@ -108,10 +110,10 @@ def test_rows_sharing_a_prompt_prefill_it_once_and_sample_as_before(tmp_path, mo
         return out
 
     monkeypatch.setattr(engine, "_shared_prefill", recorded)
-    shared = engine.generate(ids, mask, **kwargs)
+    shared = engine.generate(GenerationRequest(ids, mask, **kwargs))
     assert prefilled == [(ids.shape[1] - 1, len(ids))]  # every prompt token but the last, for every row
     monkeypatch.setattr(engine, "_shared_prefill", lambda i, m: None)
-    plain = engine.generate(ids, mask, **kwargs)
+    plain = engine.generate(GenerationRequest(ids, mask, **kwargs))
     assert torch.equal(shared["responses"], plain["responses"])
     assert len({tuple(r) for r in shared["responses"].tolist()}) > 3  # the samples of a prompt differ
     torch.testing.assert_close(shared["rollout_log_probs"], plain["rollout_log_probs"], atol=1e-5, rtol=0)
@@ -123,8 +125,8 @@ def test_static_cache_mode_generates_what_the_dynamic_cache_does(tmp_path):
     static, _ = _tiny_engine(tmp_path, static_cache=True)
     enc = tok(["12=", "3=", "456="], padding=True, return_tensors="pt", add_special_tokens=False)
     kwargs = dict(max_new_tokens=6, sampling=SamplingConfig(True, 0.9, 0, 1.0), seed=5)
-    a = dynamic.generate(enc["input_ids"], enc["attention_mask"], **kwargs)
-    b = static.generate(enc["input_ids"], enc["attention_mask"], **kwargs)
+    a = dynamic.generate(GenerationRequest(enc["input_ids"], enc["attention_mask"], **kwargs))
+    b = static.generate(GenerationRequest(enc["input_ids"], enc["attention_mask"], **kwargs))
     assert torch.equal(a["responses"], b["responses"])
     torch.testing.assert_close(a["rollout_log_probs"], b["rollout_log_probs"], atol=1e-5, rtol=0)
 

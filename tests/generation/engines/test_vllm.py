@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from hybridrl.config.schema import RolloutConfig, SamplingConfig
-from hybridrl.generation.engines.base import EngineSite
+from hybridrl.generation.engines.base import EngineSite, GenerationRequest
 from hybridrl.generation.engines.hf import HFRolloutEngine
 from hybridrl.models.loader import load_causal_lm, load_tokenizer
 from hybridrl.testing.launch import run_ranks
@@ -59,16 +59,23 @@ def vllm_against_hf_on_rank(rank: int, world_size: int, model_path: str, tp: int
     sampling = SamplingConfig(True, 0.7, 0, 1.0)
 
     engine.load_weights(model.named_parameters())
-    before = engine.generate(enc["input_ids"], enc["attention_mask"], **greedy)
+    before = engine.generate(GenerationRequest(enc["input_ids"], enc["attention_mask"], **greedy))
     assert before["response_mask"].sum() >= 16  # enough tokens before the random model's EOS to compare
-    assert torch.equal(before["responses"], hf.generate(enc["input_ids"], enc["attention_mask"], **greedy)["responses"])
+    assert torch.equal(
+        before["responses"],
+        hf.generate(GenerationRequest(enc["input_ids"], enc["attention_mask"], **greedy))["responses"],
+    )
     torch.testing.assert_close(
         before["rollout_log_probs"], _teacher_forced_log_probs(model, before, 1.0), atol=1e-4, rtol=0
     )
 
     # Sampling: the engine's log-probs are those of the temperature-scaled distribution it sampled from.
-    sampled = engine.generate(enc["input_ids"], enc["attention_mask"], **{**greedy, "sampling": sampling, "seed": 5})
-    again = engine.generate(enc["input_ids"], enc["attention_mask"], **{**greedy, "sampling": sampling, "seed": 5})
+    sampled = engine.generate(
+        GenerationRequest(enc["input_ids"], enc["attention_mask"], **{**greedy, "sampling": sampling, "seed": 5})
+    )
+    again = engine.generate(
+        GenerationRequest(enc["input_ids"], enc["attention_mask"], **{**greedy, "sampling": sampling, "seed": 5})
+    )
     assert torch.equal(sampled["responses"], again["responses"])  # seeded per request
     torch.testing.assert_close(
         sampled["rollout_log_probs"], _teacher_forced_log_probs(model, sampled, 0.7), atol=1e-4, rtol=0
@@ -80,9 +87,12 @@ def vllm_against_hf_on_rank(rank: int, world_size: int, model_path: str, tp: int
         for p in model.parameters():
             p.add_(torch.randn_like(p))
     engine.load_weights(model.named_parameters())
-    after = engine.generate(enc["input_ids"], enc["attention_mask"], **greedy)
+    after = engine.generate(GenerationRequest(enc["input_ids"], enc["attention_mask"], **greedy))
     assert not torch.equal(after["responses"], before["responses"])
-    assert torch.equal(after["responses"], hf.generate(enc["input_ids"], enc["attention_mask"], **greedy)["responses"])
+    assert torch.equal(
+        after["responses"],
+        hf.generate(GenerationRequest(enc["input_ids"], enc["attention_mask"], **greedy))["responses"],
+    )
 
 
 def test_vllm_matches_hf_on_one_rank(tmp_path):
