@@ -21,13 +21,10 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
-def ray_cluster():
-    import ray
-
+def ray_cluster(shared_ray_cluster):
+    """The session's cluster (2 CPUs here): the group's start and end are the point, not the cluster's."""
     ray.init(
-        address="local",  # our own cluster, whatever else runs on the machine
-        num_cpus=2,
-        include_dashboard=False,
+        address=shared_ray_cluster.address(),
         logging_level="WARNING",
         runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false"}},
     )
