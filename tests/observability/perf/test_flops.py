@@ -84,3 +84,20 @@ def test_step_counts_the_phases_that_ran():
     assert out["perf/flops_per_step"] == sum(phases.values())
     assert out["perf/mfu"] == pytest.approx(sum(phases.values()) / 10.0 / 2e6)
     assert out["perf/mfu/update_actor"] == pytest.approx(phases["update_actor"] / 4.0 / 2e6)
+
+
+@pytest.mark.parametrize(("source", "raised"), [("cache", True), ("calibrated", True), ("table:H100 SXM bf16", False)])
+def test_a_measured_peak_is_at_least_what_a_step_achieved(source, raised):
+    """A CPU peak calibrated on a busy host may sit below a later step's throughput: MFU stays at most 1 by
+    raising the peak to it. A datasheet's peak is never raised."""
+    cfg = load_config([])
+    perf = StepPerf(cfg, FlopsModel.from_hf_config(TINY), [1.0], source)
+    batch = Batch.from_dict(
+        tensors={"attention_mask": torch.ones(2, 4, dtype=torch.long), "response_mask": torch.ones(2, 2)}
+    )
+    out = perf.metrics(batch, {"step": 1.0, "gen": 0.25, "update_actor": 0.5})
+    fastest = max(out[f"perf/mfu/{phase}"] for phase in ("gen", "update_actor"))
+    if raised:
+        assert fastest == pytest.approx(1.0) and out["perf/mfu"] < 1.0
+    else:
+        assert fastest > 1.0 and perf.peak_total == 1.0
