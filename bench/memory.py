@@ -12,21 +12,13 @@ Qwen2.5-0.5B-shaped model (its 151k vocabulary aside: the built-in tokenizer's i
 
 The roles run as in a colocated worker (actor + critic for PPO, actor + reference for GRPO with a KL loss),
 on gloo ranks without Ray. A phase's peak is the process's RSS high-water mark (``VmHWM``), reset before
-each phase through ``/proc/self/clear_refs``. The prediction, per rank of W, in bytes (P parameters, b
-bytes per element of each copy):
-
-    runtime (RSS before any model is built)
-    + sharded state:  actor P*4/W (+ gradients P*4/W and Adam 2*P*4/W once it has stepped)
-                      + reference P*b_ref/W, or critic like the actor
-    + generation copy: P*b_gen (whole, on every rank: the HF engine generates without collectives)
-    + one bucket: the largest tensor in the generation dtype plus its fp32 gather (the streamed hand-over)
-    + at load: the file pages of the slices a role reads (P*4/W), mapped while it reads them
-    + in a step: one decoder layer gathered (FSDP2 working set: parameters and gradients) and the
-      activations autograd keeps: tokens/W x layers x (6*hidden + 2*kv_dim + 4*ffn) x 4 bytes.
-    + at the Hugging Face export (every rank writes its share, ``checkpoint.hf_files``): its pending file
-      (at most ``--hf-max-shard-mb``, at most its share) twice (safetensors serialises a copy), and the
-      full tensor in flight. The line after each rank's table is the export's peak above the rank's memory
-      before it, as a share of the model's fp32 bytes (issue #35's goal: at most 0.35 on 4 workers).
+each phase through ``/proc/self/clear_refs``. The prediction is the memory model of ``hybridrl plan``
+(``hybridrl/planning/memory.py``, its docstring has the terms), given the rank's measured runtime: one model
+for the plan and for this benchmark. The plan is of a step in steady state (AdamW's moments exist from the
+first update on), so the phases measured before the first update sit below it; the figure that counts is
+each rank's largest measured peak against the plan's largest (issue #33's goal: within 15%). The line after
+each rank's table is the Hugging Face export's peak above the rank's memory before it, as a share of the
+model's fp32 bytes (issue #35's goal: at most 0.35 on 4 workers).
 """
 
 from __future__ import annotations
@@ -44,6 +36,8 @@ from hybridrl.config.loader import load_config
 from hybridrl.models.loader import empty_causal_lm
 from hybridrl.models.tiny import ensure_tiny_model
 from hybridrl.observability.perf.utilization import PeakRSS
+from hybridrl.planning.memory import Device, plan_memory
+from hybridrl.planning.shape import read_shape
 from hybridrl.protocol import Batch
 from hybridrl.testing.launch import run_ranks
 from hybridrl.workers.host_memory import trim_freed_memory
@@ -101,6 +95,31 @@ class Meter:
         return float(torch.cuda.max_memory_allocated())
 
 
+def run_overrides(world_size: int, algorithm: str, lora_rank: int) -> list[str]:
+    """The run whose phases a rank measures: one micro-batch of all its rows per pass, one epoch."""
+    rows = PROMPTS * SAMPLES
+    return [
+        f"data.train_batch_size={PROMPTS}",
+        f"data.max_prompt_length={PROMPT_LEN}",
+        f"data.max_response_length={RESPONSE_LEN}",
+        f"actor_rollout_ref.rollout.n={SAMPLES}",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={PROMPTS}",
+        f"critic.ppo_mini_batch_size={PROMPTS}",
+        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={rows // world_size}",
+        f"critic.ppo_micro_batch_size_per_gpu={rows // world_size}",
+        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={rows // world_size}",
+        f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={rows // world_size}",
+        f"critic.forward_micro_batch_size_per_gpu={rows // world_size}",
+        "actor_rollout_ref.actor.ppo_epochs=1",
+        "critic.ppo_epochs=1",
+        f"algorithm.adv_estimator={'grpo' if algorithm == 'grpo' else 'gae'}",
+        f"actor_rollout_ref.actor.use_kl_loss={str(algorithm == 'grpo').lower()}",
+        f"resource_pool.pools.global_pool.GPU={world_size}",
+        f"actor_rollout_ref.model.lora_rank={lora_rank}",
+        f"actor_rollout_ref.model.lora_alpha={2 * lora_rank}",
+    ]
+
+
 def measure_on_rank(
     rank: int,
     world_size: int,
@@ -119,25 +138,7 @@ def measure_on_rank(
     from hybridrl.workers.critic import CriticRole
     from hybridrl.workers.ref import RefRole
 
-    rows = PROMPTS * SAMPLES
-    cfg = load_config(
-        [
-            f"data.train_batch_size={PROMPTS}",
-            f"data.max_prompt_length={PROMPT_LEN}",
-            f"data.max_response_length={RESPONSE_LEN}",
-            f"actor_rollout_ref.rollout.n={SAMPLES}",
-            f"actor_rollout_ref.actor.ppo_mini_batch_size={PROMPTS}",
-            f"critic.ppo_mini_batch_size={PROMPTS}",
-            f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={rows // world_size}",
-            f"critic.ppo_micro_batch_size_per_gpu={rows // world_size}",
-            "actor_rollout_ref.actor.ppo_epochs=1",
-            "critic.ppo_epochs=1",
-            f"actor_rollout_ref.actor.use_kl_loss={str(algorithm == 'grpo').lower()}",
-            f"resource_pool.pools.global_pool.GPU={world_size}",
-            f"actor_rollout_ref.model.lora_rank={lora_rank}",
-            f"actor_rollout_ref.model.lora_alpha={2 * lora_rank}",
-        ]
-    )
+    cfg = load_config(run_overrides(world_size, algorithm, lora_rank))
     where = torch.device(device, rank) if device == "cuda" else torch.device(device)
     ctx = WorkerContext(rank, world_size, where, init_device_mesh(device, (world_size,)), model_path, model_path)
     meter = Meter(where)
@@ -180,58 +181,16 @@ def measure_on_rank(
     Path(out_dir, f"{algorithm}_w{world_size}_r{rank}.json").write_text(json.dumps(peaks))
 
 
-def predicted(
+def planned(
     model_path: str, world_size: int, algorithm: str, runtime: float, device: str, shard_bytes: int, lora_rank: int
 ) -> dict[str, float]:
-    """The memory model's bytes per rank for each phase (see the module docstring)."""
-    model, _ = empty_causal_lm(model_path)
-    config = model.config
-    params = sum(p.numel() for p in model.parameters())
-    largest = max(p.numel() for p in model.parameters())
-    layer = sum(p.numel() for p in model.model.layers[0].parameters())
-    fp32 = 4  # trained roles keep fp32 masters
-    # Defaults of the generation copy and the frozen reference: fp32 on CPU, bf16 on a GPU.
-    gen_bytes = ref_bytes = 4 if device == "cpu" else 2
-    kv_dim = config.num_key_value_heads * config.hidden_size // config.num_attention_heads
-    per_token = config.num_hidden_layers * (6 * config.hidden_size + 2 * kv_dim + 4 * config.intermediate_size)
-    tokens = PROMPTS * SAMPLES * (PROMPT_LEN + RESPONSE_LEN) / world_size
-    # LoRA on every linear layer of the decoder (PEFT's all-linear): r x (in + out) each, trained alone
-    adapters = sum(
-        lora_rank * (m.in_features + m.out_features)
-        for m in model.model.layers.modules()
-        if isinstance(m, torch.nn.Linear)
-    )
-    trained = adapters if lora_rank else params
-    actor_params = (params + adapters) * fp32 / world_size
-    other_params = params * (fp32 if algorithm == "ppo" else ref_bytes) / world_size  # critic or reference
-    if lora_rank and algorithm == "grpo":
-        other_params = 0  # the reference is the actor's base, its adapters off
-    generation = params * gen_bytes
-    bucket = largest * (gen_bytes + fp32)
-    working = 2 * layer * fp32  # one gathered layer and its unsharded gradient
-    activations = tokens * per_token * fp32
-    resident = runtime + actor_params + other_params + generation  # before the first optimizer step
-    # The first update allocates the actor's gradients and Adam moments (3 more copies of its shard); a
-    # trained critic's come with its own update, after the actor's.
-    updated = resident + 3 * trained * fp32 / world_size
-    forward = "ref" if algorithm == "grpo" else "values"  # the other role's forward
-    out = {
-        "load": resident + bucket + actor_params,  # + the file pages of the slices read, mapped meanwhile
-        "hand-over": resident + bucket,
-        "generate": resident,
-        "log-probs": resident + working,
-        forward: resident + working,
-        "update": updated + working + activations,
-    }
-    if algorithm == "ppo":
-        # The actor's gradients are freed after its step; its Adam moments stay.
-        out["update critic"] = resident + 2 * actor_params + 3 * other_params + working + activations
-    # The export: the rank's pending file (its share of the weights, at most one file) and safetensors'
-    # serialised copy of it, plus the full tensor in flight; the trained roles' Adam moments stay (their
-    # gradients are freed after each step).
-    after = resident + 2 * trained * fp32 / world_size + (2 * other_params if algorithm == "ppo" else 0)
-    out["export"] = after + 2 * min(shard_bytes, actor_params + largest * fp32) + largest * fp32
-    return out
+    """The memory model's bytes per rank for each phase the rank measured (hybridrl.planning.memory, the model
+    ``hybridrl plan`` prints), with the runtime measured on the rank."""
+    cfg = load_config([*run_overrides(world_size, algorithm, lora_rank), f"actor_rollout_ref.model.path={model_path}"])
+    plan = plan_memory(cfg, read_shape(model_path), Device(device, float("inf"), runtime), shard_bytes)
+    phases = {phase.name: phase.bytes for phase in plan.groups[0].phases}
+    phases["update"] = phases.pop("update actor")
+    return phases
 
 
 def export_figures(peaks: dict[str, float], model_bytes: float) -> tuple[float, float]:
@@ -270,6 +229,7 @@ def main() -> None:
             "%-5s %7s %4s %-13s %10s %10s %7s", "algo", "workers", "rank", "phase", "peak GB", "model GB", "ratio"
         )
         worst = export_worst = largest = 0.0
+        peak_ratios: list[float] = []
         for algorithm in args.algorithms:
             for world_size in args.workers:
                 if args.device == "cuda" and world_size > torch.cuda.device_count():
@@ -288,7 +248,7 @@ def main() -> None:
                 )
                 for rank in range(world_size):
                     peaks = json.loads(Path(tmp, f"{algorithm}_w{world_size}_r{rank}.json").read_text())
-                    model = predicted(
+                    model = planned(
                         model_path, world_size, algorithm, peaks["runtime"], args.device, shard, args.lora_rank
                     )
                     extra, share = export_figures(peaks, params * 4)
@@ -316,7 +276,18 @@ def main() -> None:
                             bytes_ / GB,
                             ratio,
                         )
+                    # #33's figure: the plan's largest per-rank peak against the largest measured one
+                    ratio = max(peaks[phase] for phase in model) / max(model.values())
+                    peak_ratios.append(ratio)
+                    logger.info(
+                        "%-5s %7d %4d largest peak measured/planned: %.2f (goal: 0.85-1.15)",
+                        algorithm,
+                        world_size,
+                        rank,
+                        ratio,
+                    )
         logger.info("largest measured/predicted on %d workers: %.2f (goal: at most 1.15)", max(args.workers), worst)
+        logger.info("largest peaks measured/planned: %.2f-%.2f (goal: 0.85-1.15)", min(peak_ratios), max(peak_ratios))
         logger.info("largest per-rank peak of any phase on %d workers: %.2f GB", max(args.workers), largest / GB)
         logger.info(
             "largest export peak on %d workers: %.2fx the model's fp32 bytes (goal: at most 0.35)",

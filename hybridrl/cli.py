@@ -1,4 +1,4 @@
-"""The ``hybridrl`` command: ``train``, ``config show``, ``report`` and ``export``."""
+"""The ``hybridrl`` command: ``train``, ``plan``, ``config show``, ``report`` and ``export``."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from pathlib import Path
 from hybridrl.config.loader import ConfigError, to_yaml
 from hybridrl.config.schema import TrainerConfig
 from hybridrl.observability.tracking.report import write_report
+from hybridrl.planning.plan import make_plan
+from hybridrl.planning.report import render
 from hybridrl.preflight.checks import load_and_check
 
 
@@ -19,6 +21,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     train = sub.add_parser("train", help="run PPO (same as python -m hybridrl.trainer.main_ppo)")
     train.add_argument("--config", "-c", default=None, help="a YAML file merged over the defaults")
     train.add_argument("overrides", nargs="*", help="dotted overrides, e.g. trainer.total_steps=20")
+    plan = sub.add_parser("plan", help="will the run fit: memory per rank in each phase, before anything starts")
+    plan.add_argument("--config", "-c", default=None, help="a YAML file merged over the defaults")
+    plan.add_argument(
+        "--gpu-memory-gb",
+        type=float,
+        default=None,
+        help="memory of each GPU (80 for an H100); without it, the CPU workers share this host's memory",
+    )
+    plan.add_argument("overrides", nargs="*", help="the run's dotted overrides, as given to train")
     config = sub.add_parser("config", help="inspect the configuration")
     config_sub = config.add_subparsers(dest="config_command", required=True)
     show = config_sub.add_parser("show", help="print the resolved config")
@@ -48,6 +59,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from hybridrl.trainer.main_ppo import main as train_main  # noqa: PLC0415 - Ray, torch, transformers: only for `train`
 
         return train_main((["--config", args.config] if args.config else []) + args.overrides)
+    if args.command == "plan":
+        return _plan(args.overrides, args.config, args.gpu_memory_gb)
     if args.command == "report":
         return _report(args.run_dir, args.out)
     if args.command == "export":
@@ -59,6 +72,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     sys.stdout.write(to_yaml(cfg))
     return 0
+
+
+def _plan(overrides: list[str], yaml_path: str | None, gpu_memory_gb: float | None) -> int:
+    """``hybridrl plan``: exit 0 when the run fits, 1 when it does not, 2 on a config error."""
+    try:
+        plan, fixes = make_plan(overrides, yaml_path, gpu_memory_gb)
+    except (ConfigError, ValueError) as exc:
+        sys.stderr.write(f"Plan error: {exc}\n")
+        return 2
+    sys.stdout.write(render(plan, fixes))
+    return 0 if plan.fits else 1
 
 
 def _report(run_dir: str, out: str | None) -> int:

@@ -131,6 +131,7 @@ LAYERS: list[set[str]] = [
     {"workers"},
     {"cluster"},
     {"preflight"},
+    {"planning"},
     {"trainer", "testing"},
     {"cli"},
 ]

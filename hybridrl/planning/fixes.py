@@ -1,0 +1,113 @@
+"""What to change when a plan does not fit: each candidate is a set of overrides on the run's command line,
+planned again; the ones that fit are offered cheapest first, each with its new peak.
+
+The order is the cost each change adds to a step, smallest first: scoring tokens from hidden states instead of
+full logits costs nothing; smaller micro-batches cost a little per-launch efficiency; activation checkpointing
+recomputes each layer's forward (~+30% of the update); offloading copies state over PCIe every step; LoRA
+trains a different (smaller) set of parameters, so it comes last.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from hybridrl.algorithms.roles import critic_enabled
+from hybridrl.config.choices import RolloutName, ShardingStrategy, Strategy
+from hybridrl.config.loader import load_config
+from hybridrl.config.schema import Config
+from hybridrl.planning.memory import Device, Plan, plan_memory
+from hybridrl.planning.shape import ModelShape
+
+_ACTOR = "actor_rollout_ref.actor"
+_MODEL = "actor_rollout_ref.model"
+_ROLLOUT = "actor_rollout_ref.rollout"
+_REF = "actor_rollout_ref.ref"
+
+
+@dataclass(frozen=True)
+class Fix:
+    """Overrides that make the run fit, what they cost, and the plan with them."""
+
+    overrides: tuple[str, ...]
+    cost: str
+    plan: Plan
+
+
+def _halved(value: int) -> int:
+    return max(1, value // 2)
+
+
+def _candidates(cfg: Config) -> list[tuple[list[str], str]]:
+    """Each change that could lower a peak, in the order of what it costs a step."""
+    arr, critic = cfg.actor_rollout_ref, critic_enabled(cfg)
+    actor = arr.actor
+    out: list[tuple[list[str], str]] = []
+    if not arr.model.use_fused_kernels and actor.strategy == Strategy.fsdp:
+        out.append(([f"{_MODEL}.use_fused_kernels=true"], "none: log-probs from hidden states in chunks"))
+    micro = []
+    if actor.use_dynamic_bsz:
+        micro.append(f"{_ACTOR}.ppo_max_token_len_per_gpu={_halved(actor.ppo_max_token_len_per_gpu)}")
+    else:
+        micro.append(f"{_ACTOR}.ppo_micro_batch_size_per_gpu={_halved(actor.ppo_micro_batch_size_per_gpu)}")
+    micro.append(
+        f"{_ROLLOUT}.log_prob_micro_batch_size_per_gpu={_halved(arr.rollout.log_prob_micro_batch_size_per_gpu)}"
+    )
+    micro.append(f"{_REF}.log_prob_micro_batch_size_per_gpu={_halved(arr.ref.log_prob_micro_batch_size_per_gpu)}")
+    if critic:
+        micro.append(f"critic.ppo_micro_batch_size_per_gpu={_halved(cfg.critic.ppo_micro_batch_size_per_gpu)}")
+        micro.append(f"critic.forward_micro_batch_size_per_gpu={_halved(cfg.critic.forward_micro_batch_size_per_gpu)}")
+    out.append((micro, "more, smaller micro-batches (launch overhead per micro-batch)"))
+    checkpointing = [] if arr.model.enable_gradient_checkpointing else [f"{_MODEL}.enable_gradient_checkpointing=true"]
+    if critic and not cfg.critic.model.enable_gradient_checkpointing:
+        checkpointing.append("critic.model.enable_gradient_checkpointing=true")
+    if checkpointing:
+        out.append((checkpointing, "activation checkpointing: each layer's forward again in the backward (~+30%)"))
+    if arr.rollout.name != RolloutName.hf and arr.rollout.gpu_memory_utilization > 0.3:
+        lower = round(arr.rollout.gpu_memory_utilization - 0.1, 2)
+        out.append(([f"{_ROLLOUT}.gpu_memory_utilization={lower}"], "a smaller KV cache: fewer sequences at once"))
+    if actor.fsdp.sharding_strategy != ShardingStrategy.FULL_SHARD and actor.strategy == Strategy.fsdp:
+        out.append(([f"{_ACTOR}.fsdp.sharding_strategy=FULL_SHARD"], "more all-gathers (every layer, every pass)"))
+    offload = [] if actor.fsdp.optimizer_offload else [f"{_ACTOR}.fsdp.optimizer_offload=true"]
+    if critic and not cfg.critic.fsdp.optimizer_offload:
+        offload.append("critic.fsdp.optimizer_offload=true")
+    if offload:
+        out.append((offload, "optimizer state over PCIe around each update"))
+    params = [] if actor.fsdp.param_offload else [f"{_ACTOR}.fsdp.param_offload=true"]
+    if not arr.ref.param_offload:
+        params.append(f"{_REF}.param_offload=true")
+    if critic and not cfg.critic.fsdp.param_offload:
+        params.append("critic.fsdp.param_offload=true")
+    if params:
+        out.append((params, "weights over PCIe around each phase"))
+    if arr.model.lora_rank == 0 and actor.strategy == Strategy.fsdp:
+        out.append(([f"{_MODEL}.lora_rank=64", f"{_MODEL}.lora_alpha=64"], "trains LoRA adapters, not the model"))
+    return out
+
+
+def fixes(
+    overrides: list[str],
+    yaml_path: str | None,
+    plan_of: Callable[[Config], Plan],
+) -> list[Fix]:
+    """The changes that make ``plan_of`` fit: each candidate alone, cheapest first; where none alone fits,
+    the candidates accumulated in that order up to the first set that fits."""
+    cfg = load_config(overrides, yaml_path=yaml_path)
+    found = []
+    for changes, cost in _candidates(cfg):
+        alone = plan_of(load_config([*overrides, *changes], yaml_path=yaml_path))
+        if alone.fits:
+            found.append(Fix(tuple(changes), cost, alone))
+    if found:
+        return found
+    together = list(overrides)
+    for changes, _ in _candidates(cfg):
+        together += changes
+        plan = plan_of(load_config(together, yaml_path=yaml_path))
+        if plan.fits:
+            return [Fix(tuple(together[len(overrides) :]), "all of the above, together", plan)]
+    return []
+
+
+def planner(shape: ModelShape, device: Device) -> Callable[[Config], Plan]:
+    return lambda cfg: plan_memory(cfg, shape, device)
