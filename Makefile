@@ -44,19 +44,19 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check hybridrl tests bench examples
 	$(VENV)/bin/mypy
 
-# `make test` on a fresh machine builds both virtualenvs side by side (pip keeps one core busy), runs the suite
-# on PYTEST_WORKERS processes (pytest-xdist: most tests wait on process start-up and Ray, so two share the 2
-# cores of a small machine ~1.3x faster than one) as soon as .venv is ready while .venv-vllm goes on building
-# (its log is .install-vllm.log), then the vLLM tests in .venv-vllm, also on PYTEST_WORKERS processes
-# (deselected in the first; PYTEST_ARGS selects in the first, VLLM_PYTEST_ARGS in the second). The two suites
-# run one after the other, not side by side: on 2 cores the suite is ~92% busy alone, and beside the vLLM
-# tests it took 350 s longer for 390 CPU-seconds of theirs (1,044 s against 695 s alone).
+# `make test` on a fresh machine builds both virtualenvs side by side (pip keeps one core busy; the vLLM one's
+# log is .install-vllm.log), then runs the suite on PYTEST_WORKERS processes (pytest-xdist: most tests wait on
+# process start-up and Ray, so two share the 2 cores of a small machine ~1.3x faster than one), then the vLLM
+# tests in .venv-vllm, also on PYTEST_WORKERS processes (deselected in the first; PYTEST_ARGS selects in the
+# first, VLLM_PYTEST_ARGS in the second). Nothing heavy runs beside the suite: on 2 cores it is ~92% busy
+# alone (695 s), and it took 1,044 s beside the vLLM tests and 906 s beside the vLLM virtualenv's build
+# (3.5 GB written to disk while every test process imports from it).
 PYTEST_WORKERS ?= 2
 test:
 	@$(MAKE) --no-print-directory install-vllm > .install-vllm.log 2>&1 & installing=$$!; \
 	if ! $(MAKE) --no-print-directory install; then wait $$installing; exit 1; fi; \
-	$(PY) -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) -m "not vllm" $(PYTEST_ARGS); suite=$$?; \
 	if ! wait $$installing; then cat .install-vllm.log; echo "make install-vllm failed (log above)"; exit 1; fi; \
+	$(PY) -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) -m "not vllm" $(PYTEST_ARGS); suite=$$?; \
 	echo "--- vLLM tests (.venv-vllm) ---"; \
 	$(VLLM_PY) -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) -m vllm $(VLLM_PYTEST_ARGS); vllm=$$?; \
 	if [ $$suite -ne 0 ]; then exit $$suite; fi; exit $$vllm

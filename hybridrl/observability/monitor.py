@@ -34,6 +34,8 @@ class RunMonitor:
         self.straggler_min_seconds = straggler_min_seconds
         self.straggler_warnings: list[str] = []
         self.resources: dict[tuple[str, int], dict[str, float]] = {}
+        #: each worker group's planned peak bytes per rank (``hybridrl plan``'s model), set by the job
+        self.planned_peak_bytes: dict[str, float] = {}
         self._step_stragglers = 0
         self._transfer_bytes = 0
 
@@ -93,6 +95,10 @@ class RunMonitor:
                 values = [r[key] for r in rows if key in r]
                 agg = max(values) if ("gb" in key or key.startswith("peak")) else sum(values) / len(values)
                 metrics[f"perf/{group}/{key}"] = agg
+            measured = metrics.get(f"perf/{group}/gpu_max_allocated_gb", metrics.get(f"perf/{group}/peak_rss_gb"))
+            if measured is not None and self.planned_peak_bytes.get(group):
+                # the ratio a drift of the memory model shows in (the "gb" keys are GiB)
+                metrics[f"perf/{group}/peak_vs_plan"] = measured * 2**30 / self.planned_peak_bytes[group]
         if self.trace is not None:
             self.trace.flush()
         return metrics

@@ -3,8 +3,9 @@ planned again; the ones that fit are offered cheapest first, each with its new p
 
 The order is the cost each change adds to a step, smallest first: scoring tokens from hidden states instead of
 full logits costs nothing; smaller micro-batches cost a little per-launch efficiency; activation checkpointing
-recomputes each layer's forward (~+30% of the update); offloading copies state over PCIe every step; LoRA
-trains a different (smaller) set of parameters, so it comes last.
+recomputes each layer's forward (~+30% of the update); offloading copies state over PCIe every step, and
+FSDP's CPU offload also runs the optimizer step on the CPU; LoRA trains a different (smaller) set of
+parameters, so it comes last.
 """
 
 from __future__ import annotations
@@ -80,6 +81,9 @@ def _candidates(cfg: Config) -> list[tuple[list[str], str]]:
         params.append("critic.fsdp.param_offload=true")
     if params:
         out.append((params, "weights over PCIe around each phase"))
+    if actor.strategy == Strategy.fsdp and not actor.fsdp.cpu_offload:
+        cpu = [f"{_ACTOR}.fsdp.cpu_offload=true"] + (["critic.fsdp.cpu_offload=true"] if critic else [])
+        out.append((cpu, "weights, gradients and the optimizer step on the CPU throughout (a slow update)"))
     if arr.model.lora_rank == 0 and actor.strategy == Strategy.fsdp:
         out.append(([f"{_MODEL}.lora_rank=64", f"{_MODEL}.lora_alpha=64"], "trains LoRA adapters, not the model"))
     return out

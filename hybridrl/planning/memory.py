@@ -31,7 +31,7 @@ from hybridrl.algorithms.roles import ROLLOUT, active_roles
 from hybridrl.cluster.pools import ResourcePoolManager
 from hybridrl.config.choices import DType, Precision, RolloutName, ShardingStrategy, Strategy
 from hybridrl.config.schema import Config, FSDPConfig, TrainedRoleConfig
-from hybridrl.planning.shape import ModelShape
+from hybridrl.planning.shape import ModelShape, read_shape
 
 GB = 1e9
 _BYTES = {DType.float32: 4, DType.bfloat16: 2, DType.float16: 2}
@@ -387,3 +387,11 @@ def _activations(shape: ModelShape, cfg: Config, name: str, tokens: int, update:
     scored = tokens * data.max_response_length / (data.max_prompt_length + data.max_response_length)
     logits = 0 if fused else scored * shape.vocab * (act + (8 if update else 4))
     return {"activations": activations, "logits": logits}
+
+
+def run_plan(cfg: Config, model_path: str, device_kind: str) -> Plan:
+    """The plan a run logs at its start and sets its measured peaks against (``perf/<group>/peak_vs_plan``):
+    peaks only, the device's size is not asked. A GPU's allocator peak leaves the CUDA context out (runtime
+    0); a CPU's resident set holds the imported libraries (the runtime term)."""
+    device = Device(device_kind, float("inf"), 0.0 if device_kind == "cuda" else None)
+    return plan_memory(cfg, read_shape(model_path), device)

@@ -36,6 +36,7 @@ from hybridrl.observability.perf_metrics import StepPerf
 from hybridrl.observability.tracking import Tracker
 from hybridrl.observability.tracking.breakdown import format_breakdown
 from hybridrl.observability.tracking.tracker import read_rows
+from hybridrl.planning.memory import run_plan
 from hybridrl.rewards.registry import REWARD_FNS
 from hybridrl.rewards.scorer import RewardScorer
 from hybridrl.trainer.checkpointing import Checkpointing
@@ -157,6 +158,28 @@ def build_groups(
             group.shutdown()
         raise
     return groups
+
+
+def planned_peaks(cfg: Config, model_path: str, groups: list[WorkerGroup]) -> dict[str, float]:
+    """Each group's planned peak per rank, logged at the start: what ``perf/<group>/peak_vs_plan`` divides by."""
+    info = [i for group in groups for i in group.node_info]
+    try:
+        plan = run_plan(cfg, model_path, info[0]["device_type"] if info else "cpu")
+    except Exception as exc:  # a model the planner cannot read, or a layout it misjudges: never the run's end
+        logger.warning("Memory plan: none (%s: %s); perf/<group>/peak_vs_plan is left out", type(exc).__name__, exc)
+        return {}
+    peaks = {}
+    for group in groups:
+        for planned in plan.groups:
+            if set(planned.roles) == set(group.roles):
+                peaks[group.name] = planned.peak.bytes
+                logger.info(
+                    "Memory plan: group %s peaks at %.2f GB per rank in %s (hybridrl plan has every phase)",
+                    group.name,
+                    planned.peak.bytes / 1e9,
+                    planned.peak.name,
+                )
+    return peaks
 
 
 def record_placement(groups: list[WorkerGroup], output_dir: Path) -> None:
@@ -324,6 +347,7 @@ def _train_leg(parts: RunParts, resume_from: Path | None, restarts: int) -> tupl
         roles: RoleClients = make_clients(groups)
         record_placement(groups, output_dir)
         perf = StepPerf.create(cfg, parts.model_path, [info for group in groups for info in group.node_info])
+        parts.monitor.planned_peak_bytes = planned_peaks(cfg, parts.model_path, groups)
         state = resume(cfg, resume_from, groups)
         start_step = int(state["step"]) if state else 0
         parts.record.begin_leg(start_step)

@@ -65,6 +65,7 @@ def test_short_run_writes_metrics_changes_weights_and_exports(tmp_path):
         assert 0.95 * r["timing_s/step"] <= phases <= r["timing_s/step"]
         assert r["timing_s/weight_sync"] + r["timing_s/generate_worker"] <= r["timing_s/gen"]
         assert 0 < r["perf/mfu"] < 1 and r["perf/flops_per_step"] > 0
+        assert r["perf/actor_rollout+critic+ref/peak_vs_plan"] > 0  # the measured peak against hybridrl plan's
     assert (out / "config.yaml").exists() and json.loads((out / "summary.json").read_text())["window"] >= 1
 
     check_trace(out / "trace.json")
