@@ -19,17 +19,19 @@ import collections
 import contextlib
 import dataclasses
 import math
+import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
-from peft import LoraConfig, inject_adapter_in_model
-from peft.tuners.lora import LoraLayer
 from torch import nn
 
 from hybridrl.models.weights import WeightSource
+
+if TYPE_CHECKING:
+    from peft import LoraConfig
 
 #: The one adapter a model carries (PEFT's default name).
 ADAPTER = "default"
@@ -59,6 +61,8 @@ class LoraSpec:
         return cls(rank, int(alpha), names(target_modules) or "all-linear", names(exclude_modules))
 
     def peft_config(self) -> LoraConfig:
+        from peft import LoraConfig  # noqa: PLC0415 - see _lora_layers
+
         targets = self.target_modules if isinstance(self.target_modules, str) else list(self.target_modules)
         exclude = self.exclude_modules
         return LoraConfig(
@@ -74,12 +78,14 @@ class LoraSpec:
 def add_adapters(model: nn.Module, spec: LoraSpec) -> list[str]:
     """Adapt ``model`` in place (it may be empty: meta parameters); only the adapters stay trainable.
     Returns the adapted layers' names; refuses a spec that adapts nothing."""
+    from peft import inject_adapter_in_model  # noqa: PLC0415 - see _lora_layers
+
     why = None
     try:
         inject_adapter_in_model(spec.peft_config(), model, adapter_name=ADAPTER)
     except ValueError as exc:  # PEFT's "Target modules ... not found"
         why = str(exc).splitlines()[0]
-    adapted = [name for name, module in model.named_modules() if isinstance(module, LoraLayer)]
+    adapted = [name for name, _ in _lora_layers(model)]
     if not adapted:
         raise ValueError(
             f"LoRA: target_modules={spec.target_modules!r} matches no linear layer of {type(model).__name__}"
@@ -130,7 +136,17 @@ def merge_input(name: str) -> bool:
 
 def scalings(model: nn.Module) -> dict[str, float]:
     """``{adapted layer name: alpha / rank}``, read from the layers themselves."""
-    return {name: float(m.scaling[ADAPTER]) for name, m in model.named_modules() if isinstance(m, LoraLayer)}
+    return {name: float(m.scaling[ADAPTER]) for name, m in _lora_layers(model)}
+
+
+def _lora_layers(model: nn.Module) -> list[tuple[str, Any]]:
+    """The adapted layers of ``model``. PEFT is imported by what adds adapters (``add_adapters``) and nowhere
+    at module level: without it imported no layer can be PEFT's, and the workers of runs without LoRA skip its
+    import (~0.3 CPU-seconds at every worker's start, dozens of starts in a test session)."""
+    module = sys.modules.get("peft.tuners.lora")
+    if module is None:
+        return []
+    return [(name, m) for name, m in model.named_modules() if isinstance(m, module.LoraLayer)]
 
 
 def merged_weights(
@@ -168,7 +184,7 @@ def merged_weights(
 @contextlib.contextmanager
 def adapters_disabled(model: nn.Module) -> Iterator[None]:
     """The base model for the duration (the reference policy): every adapted layer computes ``W x`` only."""
-    layers = [m for m in model.modules() if isinstance(m, LoraLayer)]
+    layers = [m for _, m in _lora_layers(model)]
     for layer in layers:
         layer.enable_adapters(False)
     try:
@@ -194,6 +210,8 @@ def read_adapter_config(directory: Path) -> LoraConfig | None:
     """The adapters' config saved with a checkpoint, or None (no LoRA)."""
     if not (directory / ADAPTER_CONFIG).exists():
         return None
+    from peft import LoraConfig  # noqa: PLC0415 - see _lora_layers
+
     return LoraConfig.from_pretrained(str(directory))
 
 
