@@ -81,6 +81,19 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None):
 """
 
 
+def reward_processes_left() -> list[psutil.Process]:
+    """This test process's reward children still running. Other children (the session's Ray cluster) may end
+    while they are listed: a zombie or a vanished process is not a reward process left running."""
+    left = []
+    for process in psutil.Process().children(recursive=True):
+        try:
+            if "hybridrl.rewards.processes" in process.cmdline():
+                left.append(process)
+        except (psutil.ZombieProcess, psutil.NoSuchProcess):
+            continue
+    return left
+
+
 def test_a_reward_that_never_returns_stops_the_run_at_its_deadline(tmp_path, caplog, shared_ray):
     reward_file = tmp_path / "hangs.py"
     reward_file.write_text(HANGS)
@@ -97,7 +110,7 @@ def test_a_reward_that_never_returns_stops_the_run_at_its_deadline(tmp_path, cap
     assert code == 1 and len(errors) == 1, errors
     assert errors[0].startswith("RewardError: Reward function compute_score (from ")
     assert "did not return within reward.timeout_s=2 s on sample 0" in errors[0]
-    assert not [p for p in psutil.Process().children(recursive=True) if "hybridrl.rewards.processes" in p.cmdline()]
+    assert not reward_processes_left()
 
 
 def test_a_full_disk_at_checkpoint_time_names_the_path_and_keeps_the_last_checkpoint(
