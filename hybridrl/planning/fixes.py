@@ -96,16 +96,16 @@ def fixes(
 ) -> list[Fix]:
     """The changes that make ``plan_of`` fit: each candidate alone, cheapest first; where none alone fits,
     the candidates accumulated in that order up to the first set that fits."""
-    cfg = load_config(overrides, yaml_path=yaml_path)
+    candidates = _candidates(load_config(overrides, yaml_path=yaml_path))
     found = []
-    for changes, cost in _candidates(cfg):
+    for changes, cost in candidates:
         alone = plan_of(load_config([*overrides, *changes], yaml_path=yaml_path))
         if alone.fits:
             found.append(Fix(tuple(changes), cost, alone))
     if found:
         return found
     together = list(overrides)
-    for changes, _ in _candidates(cfg):
+    for changes, _ in candidates:
         together += changes
         plan = plan_of(load_config(together, yaml_path=yaml_path))
         if plan.fits:
