@@ -126,6 +126,11 @@ class TrainEngine:
     def collects(self) -> bool:
         return True
 
+    @property
+    def sequence_parallel_size(self) -> int:
+        """Ranks that split each sequence (Ulysses): a token budget per rank covers this many times the tokens."""
+        return 1
+
     # -- forward / backward over micro-batches ------------------------------------------------------
     def model_output(self, batch: Batch, scoring: TokenScoring | None = None) -> ModelOutput:
         """Logits (causal LM) or values (value model) for every position of ``batch``, or for each of its

@@ -30,6 +30,7 @@ def make_engine(
     remove_padding: bool = False,
     fused_kernels: bool = False,
     share_prompts: bool = False,
+    sequence_parallel: int = 1,
 ) -> TrainEngine:
     """Wrap ``model`` with the strategy of its role's ``section``; ``train`` gives it the section's optimizer
     (the reference and reward models are frozen). The reward model's section has no strategy: always FSDP.
@@ -39,13 +40,15 @@ def make_engine(
     on the meta device) and each rank reads only its shards. ``remove_padding``: the model runs on packed
     rows (``hybridrl.engine.packing``); ``fused_kernels``: scores come from the hidden states
     (``TrainEngine.model_output``); ``share_prompts``: rows run a shared prompt once (not megatron's stages,
-    which run the decoder layers themselves)."""
+    which run the decoder layers themselves); ``sequence_parallel``: FSDP's Ulysses group size."""
     trained = section if train and isinstance(section, TrainedRoleConfig) else None
     optim = trained.optim if trained is not None else None
     scaler = None
     if trained is not None and trained.precision == Precision.fp16:
         scaler = DynamicLossScaler(trained.gradient_scale)
     if isinstance(section, TrainedRoleConfig) and section.strategy == Strategy.megatron:
+        if sequence_parallel > 1:
+            raise ValueError("ulysses_sequence_parallel_size > 1 needs strategy=fsdp.")
         megatron = section.parallel_config.megatron
         return MegatronEngine(
             model,
@@ -73,4 +76,5 @@ def make_engine(
         remove_padding=remove_padding,
         fused_kernels=fused_kernels,
         share_prompts=share_prompts,
+        sequence_parallel=sequence_parallel,
     )

@@ -32,6 +32,8 @@ import torch.nn.functional as F
 from transformers import AttentionInterface
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, flash_attention_mask
 
+from hybridrl.models.ulysses import SequenceShard, shard_of
+
 logger = logging.getLogger(__name__)
 
 #: The ``attn_implementation`` name models of packed rows are built with.
@@ -77,16 +79,18 @@ class _DocumentsCache:
         self._version = -1
         self._docs: Documents | None = None
 
-    def get(self, position_ids: torch.Tensor) -> Documents:
+    def get(self, position_ids: torch.Tensor, shard: SequenceShard | None = None) -> Documents:
+        """With ``shard``, ``position_ids`` is this rank's slice: the documents are the whole sequence's."""
         key = self._key() if self._key is not None else None
         if key is not position_ids or self._version != position_ids._version or self._docs is None:
-            self._docs = Documents.from_positions(position_ids)
+            self._docs = Documents.from_positions(position_ids if shard is None else shard.positions(position_ids))
             self._key = weakref.ref(position_ids)
             self._version = position_ids._version
         return self._docs
 
 
 _documents = _DocumentsCache()
+_sharded_documents = _DocumentsCache()  # sequence-parallel layers: the gather of positions, once per forward
 
 
 # -- kernels: (T, H, D) query, (T, Hkv, D) key/value, documents -> (T, H, D) ---------------------------------
@@ -267,6 +271,9 @@ def packed_attention_forward(
         )
     batch, heads, q_len, dim = query.shape
     window = kwargs.get("sliding_window")
+    shard = shard_of(module)
+    if shard is not None:
+        return _sequence_parallel(shard, query, key, value, kwargs.get("position_ids"), scaling, window, dropout), None
     docs: Documents | None = None
     if attention_mask is None and q_len == key.shape[2] and kwargs.get("position_ids") is not None:
         docs = _documents.get(kwargs["position_ids"])
@@ -277,6 +284,30 @@ def packed_attention_forward(
     q, k, v = (x.transpose(1, 2).reshape(-1, x.shape[1], dim) for x in (query, key, value))
     out = packed_documents(q, k, v, docs, scale=scaling, window=window, dropout=dropout)
     return out.view(batch, q_len, heads, dim), None
+
+
+def _sequence_parallel(
+    shard: SequenceShard,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    position_ids: torch.Tensor | None,
+    scale: float | None,
+    window: int | None,
+    dropout: float,
+) -> torch.Tensor:
+    """Attention of this rank's slice of one packed sequence under Ulysses (``hybridrl.models.ulysses``):
+    heads exchanged for tokens, each document attended on its own, exchanged back. (1, H, L/sp, D) in,
+    (1, L/sp, H, D) out."""
+    if query.shape[0] != 1 or position_ids is None:
+        raise ValueError(
+            "Ulysses sequence parallelism runs on one packed row with its position ids (use_remove_padding)."
+        )
+    docs = _sharded_documents.get(position_ids, shard)
+    q = shard.heads_to_sequence(query)
+    k, v = (shard.heads_to_sequence(shard.repeat_kv(x)) for x in (key, value))
+    out = packed_documents(q, k, v, docs, scale=scale, window=window, dropout=dropout)
+    return shard.sequence_to_heads(out)
 
 
 def register() -> str:

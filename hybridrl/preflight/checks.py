@@ -26,6 +26,7 @@ from hybridrl.config.loader import load_config
 from hybridrl.config.schema import Config, TrainedRoleConfig
 from hybridrl.data.tasks import TASKS, make_task
 from hybridrl.engine.megatron.layout import megatron_fit_errors
+from hybridrl.models.ulysses import ulysses_fit_errors
 from hybridrl.preflight.paths import check_paths
 
 logger = logging.getLogger(__name__)
@@ -165,6 +166,8 @@ def check(cfg: Config) -> None:
         attempt(_check_rollout_pool, cfg)
         workers.pop(ROLLOUT, None)  # generation-only: no training engine, batch split by generation replicas
         replicas = attempt(_check_megatron, cfg, workers)
+        if not isinstance(replicas, _Failed):
+            replicas = attempt(_check_ulysses, cfg, workers, replicas)
         if not isinstance(replicas, _Failed):
             attempt(_check_batches, cfg, workers, replicas)
         attempt(_check_sharding, cfg, workers)
@@ -345,18 +348,20 @@ def _check_token_budgets(cfg: Config) -> None:
             "vocabulary, so its actor and reference compute log-probs from the logits (the same values)."
         )
     longest = cfg.data.max_prompt_length + cfg.data.max_response_length
+    actor_sp, ref_sp = arr.actor.ulysses_sequence_parallel_size, arr.ref.ulysses_sequence_parallel_size
     budgets = [
-        ("actor_rollout_ref.actor", arr.actor, arr.model.use_remove_padding, arr.actor.use_dynamic_bsz,
+        ("actor_rollout_ref.actor", arr.actor, arr.model.use_remove_padding, arr.actor.use_dynamic_bsz, actor_sp,
          {"ppo_max_token_len_per_gpu": arr.actor.ppo_max_token_len_per_gpu}),
         ("actor_rollout_ref.rollout", arr.actor, arr.model.use_remove_padding, arr.rollout.log_prob_use_dynamic_bsz,
-         {"log_prob_max_token_len_per_gpu": arr.rollout.log_prob_max_token_len_per_gpu}),
-        ("actor_rollout_ref.ref", arr.actor, arr.model.use_remove_padding, arr.ref.log_prob_use_dynamic_bsz,
+         actor_sp, {"log_prob_max_token_len_per_gpu": arr.rollout.log_prob_max_token_len_per_gpu}),
+        ("actor_rollout_ref.ref", arr.actor, arr.model.use_remove_padding, arr.ref.log_prob_use_dynamic_bsz, ref_sp,
          {"log_prob_max_token_len_per_gpu": arr.ref.log_prob_max_token_len_per_gpu}),
         ("critic", critic, critic.model.use_remove_padding, critic.use_dynamic_bsz,
+         critic.ulysses_sequence_parallel_size,
          {"ppo_max_token_len_per_gpu": critic.ppo_max_token_len_per_gpu,
           "forward_max_token_len_per_gpu": critic.forward_max_token_len_per_gpu}),
     ]  # fmt: skip
-    for prefix, layout, packed, dynamic, keys in budgets:
+    for prefix, layout, packed, dynamic, sp, keys in budgets:
         megatron = layout.parallel_config.megatron
         pipeline = layout.strategy == Strategy.megatron and megatron.pp_size > 1
         model_key = "critic.model" if prefix == "critic" else "actor_rollout_ref.model"
@@ -373,9 +378,11 @@ def _check_token_budgets(cfg: Config) -> None:
                 f"{model_key}.use_remove_padding=true: a pipeline pass needs equal-size micro-batches."
             )
         for key, value in keys.items():
-            if value < longest:
+            # Under Ulysses a budget is per rank of the group, which splits each sequence (verl's meaning).
+            if value * sp < longest:
+                times = f" x ulysses_sequence_parallel_size {sp}" if sp > 1 else ""
                 _fail(
-                    f"{prefix}.{key}={value} is shorter than the longest sequence (data.max_prompt_length + "
+                    f"{prefix}.{key}={value}{times} is shorter than the longest sequence (data.max_prompt_length + "
                     f"data.max_response_length = {longest}); raise it."
                 )
 
@@ -441,6 +448,35 @@ def _check_megatron(cfg: Config, workers: dict[str, int]) -> dict[str, int]:
                 "%s.parallel_config.megatron.sequence_parallel=true has no effect with tp_size=1.", ROLE_SECTIONS[role]
             )
         replicas[role] = count // (megatron.tp_size * megatron.pp_size)
+    return replicas
+
+
+def ulysses_size(cfg: Config, role: str) -> tuple[str, int]:
+    """The section that sets a role's Ulysses group size, and the size (the reward model has none)."""
+    if role == "actor_rollout":
+        return "actor_rollout_ref.actor", cfg.actor_rollout_ref.actor.ulysses_sequence_parallel_size
+    if role == "ref":
+        return "actor_rollout_ref.ref", cfg.actor_rollout_ref.ref.ulysses_sequence_parallel_size
+    if role == "critic":
+        return "critic", cfg.critic.ulysses_sequence_parallel_size
+    return ROLE_SECTIONS[role], 1
+
+
+def _check_ulysses(cfg: Config, workers: dict[str, int], replicas: dict[str, int]) -> dict[str, int]:
+    """Data-parallel replicas per role with Ulysses groups taken out; group sizes the model or the role's
+    workers cannot be split by are refused with numbers."""
+    replicas = dict(replicas)
+    for role, count in workers.items():
+        at, size = ulysses_size(cfg, role)
+        if size == 1:
+            continue
+        shape = model_shape(cfg, role)
+        if shape is None:
+            continue
+        errors = ulysses_fit_errors(at, size, count, shape["num_heads"], shape["num_kv_heads"])
+        if errors:
+            _fail(" ".join(errors) + f" (role '{role}')")
+        replicas[role] = count // size
     return replicas
 
 

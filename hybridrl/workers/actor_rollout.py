@@ -84,6 +84,7 @@ class ActorRolloutRole(EngineRole):
             remove_padding=model.use_remove_padding,
             fused_kernels=model.use_fused_kernels and actor.strategy != Strategy.megatron,  # a split head: logits
             total_steps=total_steps,
+            sequence_parallel=actor.ulysses_sequence_parallel_size,
         )
         self.rollout_dtype = rollout_dtype(rollout.dtype, actor.precision, ctx.device)
         # Generation on these workers (the hybrid engine), unless a rollout pool of its own generates

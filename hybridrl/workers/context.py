@@ -45,10 +45,12 @@ def build_engine(
     remove_padding: bool = False,
     fused_kernels: bool = False,
     total_steps: int = 1,
+    sequence_parallel: int = 1,
 ) -> tuple[TrainEngine, Offloader]:
     """A role's engine from its empty ``model`` (sharded, then filled from ``weights``), and the offloader
     that keeps it in host memory between the role's phases (the role offloads it once it is ready). A
-    trained role's learning rate follows its ``optim`` schedule over ``total_steps`` training steps."""
+    trained role's learning rate follows its ``optim`` schedule over ``total_steps`` training steps.
+    ``sequence_parallel``: the role's Ulysses group size (``ulysses_sequence_parallel_size``)."""
     engine = make_engine(
         model,
         section,
@@ -60,6 +62,7 @@ def build_engine(
         remove_padding=remove_padding,
         fused_kernels=fused_kernels,
         share_prompts=isinstance(section, TrainedRoleConfig) and section.use_prefix_grouper,
+        sequence_parallel=sequence_parallel,
     )
     if not train:
         engine.model.eval()

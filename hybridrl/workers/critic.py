@@ -48,6 +48,7 @@ class CriticRole(EngineRole):
             optimizer_offload=cfg.fsdp.optimizer_offload,
             remove_padding=cfg.model.use_remove_padding,
             total_steps=total_steps,
+            sequence_parallel=cfg.ulysses_sequence_parallel_size,
         )
         self.offload.offload()
 

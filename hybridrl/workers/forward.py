@@ -69,6 +69,20 @@ def mean_metrics(rows: list[dict[str, float]]) -> dict[str, float]:
     return {k: sum(w * r[k] for w, r in zip(weights, rows, strict=True)) / total for k in keys}
 
 
+def mean_over_replicas(engine: TrainEngine, rows: list[dict[str, float]]) -> dict[str, float]:
+    """``mean_metrics`` of one mini-batch's micro-batches over every replica, each weighted by its share of
+    the mini-batch's units (``WEIGHT``): the metrics of the whole mini-batch's loss on every rank, however
+    its rows were split over replicas (a plain mean of the replicas' means is not, with ragged responses)."""
+    row = mean_metrics(rows)
+    if engine.dp_size == 1 or not row:
+        return row
+    keys = sorted(row)
+    weight = sum(r.get(WEIGHT, 1.0) for r in rows)
+    sums = engine.sum_over_replicas(torch.tensor([*(weight * row[k] for k in keys), weight], dtype=torch.float64))
+    total = float(sums[-1]) or 1.0
+    return {k: float(sums[i]) / total for i, k in enumerate(keys)}
+
+
 @dataclass(frozen=True)
 class MicroBatching:
     """How a role splits its rows for one pass: ``rows`` per micro-batch, or, with ``max_tokens`` (verl's
@@ -94,12 +108,15 @@ class MicroBatching:
             return [batch[i : i + self.rows] for i in range(0, len(batch), self.rows)], None
         lengths = batch.tensors["attention_mask"].sum(-1).tolist()
         longest = max(lengths, default=0)
-        if longest > self.max_tokens:
+        budget = self.max_tokens * engine.sequence_parallel_size  # verl's: per rank of a Ulysses group
+        if longest > budget:
+            split = f" x ulysses_sequence_parallel_size {engine.sequence_parallel_size}"
             raise ValueError(
-                f"A sequence of {longest} tokens is longer than {self.key}={self.max_tokens}: raise it to at "
-                f"least data.max_prompt_length + data.max_response_length."
+                f"A sequence of {longest} tokens is longer than {self.key}={self.max_tokens}"
+                f"{split if engine.sequence_parallel_size > 1 else ''}: raise it to at least "
+                f"data.max_prompt_length + data.max_response_length."
             )
-        count = engine.max_over_group(micro_batch_count(lengths, self.max_tokens))
+        count = engine.max_over_group(micro_batch_count(lengths, budget))
         if count > len(batch):
             raise RuntimeError(
                 f"{count} micro-batches agreed over the group, but this rank has {len(batch)} rows: the "
@@ -182,7 +199,7 @@ def ppo_update(
                 average=False,
                 scoring=scoring,
             )
-            row = mean_metrics(stats)
+            row = mean_over_replicas(engine, stats)
             row[f"{prefix}/grad_norm"] = engine.step(cfg.grad_clip)
             rows.append(row)
     out = mean_metrics(rows)

@@ -48,6 +48,7 @@ class RefRole(EngineRole):
             param_offload=ref.param_offload,
             remove_padding=remove_padding,
             fused_kernels=fused_kernels,
+            sequence_parallel=ref.ulysses_sequence_parallel_size,
         )
         self.offload.offload()
 

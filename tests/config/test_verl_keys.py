@@ -118,7 +118,7 @@ def test_every_rename_is_a_rule_onto_a_hybridrl_key_with_valid_values():
 
 
 def test_off_values_are_accepted_and_others_refused():
-    ulysses = "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size"
+    ulysses = "reward_model.ulysses_sequence_parallel_size"  # the actor's, ref's and critic's are taken
     assert verl_rule(ulysses).apply(ulysses, 1).refusal is None  # verl's default: off there too
     assert "Ulysses" in verl_rule(ulysses).apply(ulysses, 2).refusal
     lora = "critic.model.lora_rank"  # the actor's is hybridrl's own key
@@ -128,6 +128,20 @@ def test_off_values_are_accepted_and_others_refused():
     legacy = "trainer.use_legacy_worker_impl"
     assert verl_rule(legacy).kind == RuleKind.IGNORED
     assert verl_rule(legacy).apply(legacy, "disable").refusal is None
+
+
+def test_verl_ulysses_keys_move_to_the_roles():
+    cfg = load_config(
+        [
+            "actor_rollout_ref.model.use_remove_padding=True",
+            "critic.model.use_remove_padding=True",
+            "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size=2",
+            "critic.model.fsdp_config.ulysses_sequence_parallel_size=2",
+        ]
+    )
+    assert cfg.actor_rollout_ref.actor.ulysses_sequence_parallel_size == 2
+    assert cfg.actor_rollout_ref.ref.ulysses_sequence_parallel_size == 2  # follows the actor's, as in verl
+    assert cfg.critic.ulysses_sequence_parallel_size == 2
 
 
 def test_verl_fsdp_config_sections_and_off_values_load_as_written(caplog):
@@ -170,7 +184,7 @@ def test_every_refusal_comes_at_once_each_with_its_answer():
             [
                 "critic.model.lora_rank=8",
                 "critic.model.fsdp_config.fsdp_size=4",
-                "actor_rollout_ref.ref.fsdp_config.ulysses_sequence_parallel_size=2",
+                "reward_model.ulysses_sequence_parallel_size=2",
                 "trainer.total_stepz=3",
                 "data.train_batch_size=abc",
             ]
@@ -181,7 +195,7 @@ def test_every_refusal_comes_at_once_each_with_its_answer():
     assert any(
         "critic.model.fsdp_config.fsdp_size=4" in line and "critic.fsdp.shard_group_size" in line for line in lines
     )
-    assert any("ref.fsdp_config.ulysses_sequence_parallel_size=2" in line and "Ulysses" in line for line in lines)
+    assert any("reward_model.ulysses_sequence_parallel_size=2" in line and "Ulysses" in line for line in lines)
     assert any("'trainer.total_stepz'. Did you mean 'trainer.total_steps'" in line for line in lines)
     assert any("'data.train_batch_size'" in line for line in lines)
 

@@ -47,6 +47,11 @@ class TrainedRoleConfig:
         "forward and backward of this role (the actor's also for the reference model); not with "
         "use_remove_padding, activation checkpointing or the megatron strategy",
     )
+    ulysses_sequence_parallel_size: int = doc(
+        1,
+        "Ulysses sequence parallelism (fsdp, with use_remove_padding): each sequence is split over this many "
+        "workers, which exchange heads for tokens around attention; data-parallel replicas = workers / this",
+    )
     grad_clip: float = doc(1.0, "max global gradient norm")
     loss_agg_mode: str = doc("token-mean", "how token losses become one number (token-mean, seq-mean-token-sum, ...)")
     precision: Precision = doc(Precision.fp32, "fp32 | bf16 (autocast) | fp16 (autocast + dynamic loss scaling)")
@@ -63,6 +68,7 @@ class TrainedRoleConfig:
             ppo_micro_batch_size_per_gpu=self.ppo_micro_batch_size_per_gpu,
             ppo_epochs=self.ppo_epochs,
             grad_clip=self.grad_clip,
+            ulysses_sequence_parallel_size=self.ulysses_sequence_parallel_size,
         ) + self.optim.problems(f"{at}.optim")
 
 
@@ -100,9 +106,17 @@ class RefConfig:
     log_prob_use_dynamic_bsz: bool = doc(False, "micro-batches of log_prob_max_token_len_per_gpu tokens")
     log_prob_max_token_len_per_gpu: int = doc(16384, "log_prob_use_dynamic_bsz: tokens per forward on one worker")
     param_offload: bool = doc(False, "GPU: keep the reference weights in host memory except during its forward")
+    ulysses_sequence_parallel_size: int = doc(
+        cast(int, "${actor_rollout_ref.actor.ulysses_sequence_parallel_size}"),
+        "Ulysses sequence parallelism of the reference's forward (the actor's)",
+    )
 
     def problems(self, at: str) -> list[str]:
-        return positive(at, log_prob_micro_batch_size_per_gpu=self.log_prob_micro_batch_size_per_gpu)
+        return positive(
+            at,
+            log_prob_micro_batch_size_per_gpu=self.log_prob_micro_batch_size_per_gpu,
+            ulysses_sequence_parallel_size=self.ulysses_sequence_parallel_size,
+        )
 
 
 @dataclass(frozen=True)
@@ -120,6 +134,15 @@ class ActorRolloutRefConfig:
             *self.rollout.problems(f"{at}.rollout"),
             *self.ref.problems(f"{at}.ref"),
         ]
+        actor_sp, ref_sp = self.actor.ulysses_sequence_parallel_size, self.ref.ulysses_sequence_parallel_size
+        if max(actor_sp, ref_sp) > 1:
+            problems += _ulysses_problems(f"{at}.actor", self.actor.strategy, self.model.use_remove_padding)
+        if self.model.lora_rank > 0 and ref_sp != actor_sp:
+            problems.append(
+                f"{at}.ref.ulysses_sequence_parallel_size={ref_sp} differs from the actor's ({actor_sp}): with "
+                f"lora_rank > 0 the reference is the actor's model with its adapters off, so it runs on the "
+                f"actor's layout; drop the ref's setting."
+            )
         if self.model.lora_rank > 0 and self.actor.strategy == Strategy.megatron:
             problems.append(
                 f"{at}.model.lora_rank={self.model.lora_rank} with actor.strategy=megatron: LoRA on tensor- and "
@@ -127,6 +150,23 @@ class ActorRolloutRefConfig:
                 f"with the base) or lora_rank=0."
             )
         return problems
+
+
+def _ulysses_problems(at: str, strategy: Strategy, remove_padding: bool) -> list[str]:
+    """What Ulysses sequence parallelism needs of a role: the FSDP engine and packed rows (verl's rule too)."""
+    problems = []
+    if strategy != Strategy.fsdp:
+        problems.append(
+            f"{at}.ulysses_sequence_parallel_size > 1 needs {at}.strategy=fsdp (the megatron strategy splits the "
+            f"sequence with parallel_config.megatron.sequence_parallel); set it to 1 or use fsdp."
+        )
+    if not remove_padding:
+        model = at.rsplit(".", 1)[0] + ".model" if at.endswith(".actor") else f"{at}.model"
+        problems.append(
+            f"{at}.ulysses_sequence_parallel_size > 1 splits packed sequences: set {model}.use_remove_padding=true "
+            f"(verl requires the same)."
+        )
+    return problems
 
 
 #: The critic's keys whose default is the actor's value (``CriticConfig``'s interpolations).
@@ -151,8 +191,11 @@ class CriticConfig(TrainedRoleConfig):
     cliprange_value: float | None = doc(0.5, "value clipping around the old values; null = no clipping")
 
     def problems(self, at: str) -> list[str]:
-        return super().problems(at) + positive(
+        problems = super().problems(at) + positive(
             at,
             forward_micro_batch_size_per_gpu=self.forward_micro_batch_size_per_gpu,
             cliprange_value=self.cliprange_value,
         )
+        if self.ulysses_sequence_parallel_size > 1:
+            problems += _ulysses_problems(at, self.strategy, self.model.use_remove_padding)
+        return problems

@@ -1,18 +1,28 @@
 """The FSDP training engine: FSDP2 (``fully_shard``) over the group's ranks, built the way the Megatron engine
-is: from an empty or single-device model, its strategy applied inside the engine's constructor."""
+is: from an empty or single-device model, its strategy applied inside the engine's constructor; with
+Ulysses sequence parallelism (``hybridrl.engine.fsdp.ulysses``), each sequence split over groups of ranks."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 
+from hybridrl.algorithms.token_logprobs import TokenScores, TokenScoring
 from hybridrl.config.choices import Precision, ShardingStrategy
 from hybridrl.config.schema import FSDPConfig, OptimConfig
 from hybridrl.engine.base import TrainEngine
 from hybridrl.engine.fsdp.sharding import apply_fsdp, fsdp_mesh, full_state_dict
+from hybridrl.engine.fsdp.ulysses import UlyssesLayout, gather_sequence, slice_packed, ulysses_mesh
+from hybridrl.engine.packing import ModelOutput, PackedOutput, pack_batch
 from hybridrl.engine.precision import DynamicLossScaler
+from hybridrl.models import ulysses
 from hybridrl.models.weights import WeightSource, load_weights, materialize
+
+if TYPE_CHECKING:
+    from hybridrl.protocol import Batch
 
 
 class FSDPEngine(TrainEngine):
@@ -31,10 +41,28 @@ class FSDPEngine(TrainEngine):
         remove_padding: bool = False,
         fused_kernels: bool = False,
         share_prompts: bool = False,
+        sequence_parallel: int = 1,
     ) -> None:
         """``mesh`` is the group's 1-D mesh; NO_SHARD and HYBRID_SHARD build their 2-D one from the same
         ranks. With ``weights``, ``model`` is empty (meta parameters): it is sharded first, then each rank
-        allocates and reads only its shards, so no rank ever holds the whole model."""
+        allocates and reads only its shards, so no rank ever holds the whole model. ``sequence_parallel``:
+        Ulysses over groups of that many ranks (packed rows only: ``remove_padding``)."""
+        self.ulysses: UlyssesLayout | None = None
+        self.shard: ulysses.SequenceShard | None = None
+        if sequence_parallel > 1:
+            if not remove_padding:
+                raise ValueError("Ulysses sequence parallelism splits packed rows: it needs use_remove_padding.")
+            self.ulysses = UlyssesLayout(mesh.size(), sequence_parallel, mesh.get_rank())
+            sp_mesh = ulysses_mesh(device.type, self.ulysses)
+            self._replica_group = sp_mesh["dp"].get_group()
+            self.shard = ulysses.SequenceShard(sp_mesh["sp"].get_group(), sequence_parallel, self.ulysses.sp_rank)
+            layers = ulysses.attach(model, self.shard)
+            expected = getattr(getattr(model, "config", None), "num_hidden_layers", layers)
+            if layers == 0 or layers != expected:
+                raise ValueError(
+                    f"Ulysses sequence parallelism found {layers} attention layers in {type(model).__name__} "
+                    f"(config: {expected}); it needs Hugging Face attention modules (head_dim, layer_idx)."
+                )
         if fsdp.sharding_strategy in (ShardingStrategy.NO_SHARD, ShardingStrategy.HYBRID_SHARD):
             group = fsdp.shard_group_size or ranks_per_node or mesh.size()
             mesh = fsdp_mesh(device.type, mesh.size(), fsdp.sharding_strategy, group)
@@ -66,3 +94,54 @@ class FSDPEngine(TrainEngine):
             fused_kernels=fused_kernels,
             share_prompts=share_prompts,
         )
+
+    # -- Ulysses: a replica is ``sequence_parallel`` consecutive ranks, each computing part of every sequence ----
+    @property
+    def dp_rank(self) -> int:
+        return super().dp_rank if self.ulysses is None else self.ulysses.dp_rank
+
+    @property
+    def dp_size(self) -> int:
+        return super().dp_size if self.ulysses is None else self.ulysses.dp_size
+
+    @property
+    def collects(self) -> bool:
+        return self.ulysses is None or self.ulysses.collects
+
+    @property
+    def sequence_parallel_size(self) -> int:
+        return 1 if self.ulysses is None else self.ulysses.size
+
+    def _dp_group(self) -> Any:
+        return None if self.ulysses is None else self._replica_group
+
+    def model_output(self, batch: Batch, scoring: TokenScoring | None = None) -> ModelOutput:
+        """As ``TrainEngine.model_output``; under Ulysses each rank runs its slice of the packed rows, and
+        the per-token results (response scores from the output head's hidden states, values, or the
+        response positions' logits where no ``scoring`` is given) are gathered over its group."""
+        if self.shard is None:
+            return super().model_output(batch, scoring)
+        t = batch.tensors
+        rows = pack_batch(batch)
+        part = slice_packed(rows, self.shard)
+        inputs: dict[str, Any] = {
+            "input_ids": part.input_ids,
+            "attention_mask": None,
+            "position_ids": part.position_ids,
+        }
+        if not (self._keeps_logits and "responses" in t):  # values, or every position's logits
+            out = self.model(**inputs)
+            out = gather_sequence(getattr(out, "logits", out), part.token_counts, self.shard)
+            return PackedOutput(out[:, : rows.num_tokens], rows)
+        assert part.keep is not None and part.mine is not None and part.counts is not None
+        assert rows.response_flat is not None
+        inputs["logits_to_keep"] = part.keep
+        if scoring is None:
+            logits = self.model(**inputs).logits
+            return PackedOutput(gather_sequence(logits, part.counts, self.shard), rows, at_responses=True)
+        labels = t["responses"].reshape(-1)[rows.response_flat][part.mine].unsqueeze(0)
+        with self._scoring_head(labels, scoring):
+            scores = self.model(**inputs).logits  # (1, positions here, 2): log-prob, entropy
+        scores = gather_sequence(scores, part.counts, self.shard)
+        log_probs, entropy = rows.unpack_responses(scores[..., 0]), rows.unpack_responses(scores[..., 1])
+        return TokenScores(log_probs, entropy if scoring.with_entropy else None)

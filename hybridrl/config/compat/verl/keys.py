@@ -8,7 +8,7 @@ rule below. A rule is one of three kinds, told by its one-line answer:
   (through a value map where the spellings differ). Without one, X differs in meaning (a per-worker
   count, a shared setting), so the key is taken only at its off value (below) and otherwise refused.
 - ``not supported yet: ...``: a feature hybridrl does not have. The key is accepted at its off value,
-  verl's default or null/false (``ulysses_sequence_parallel_size=1``, ``lora_rank=0``), which leaves the
+  verl's default or null/false (``critic.model.lora_rank=0``, ``use_torch_compile=false``), which leaves the
   feature off in verl too; any other value is refused with the answer.
 - ``not needed in hybridrl: ...``: a key with no job here by design (``_target_``, ``use_legacy_worker_impl``);
   accepted whatever its value, and logged once.
@@ -78,7 +78,7 @@ SCRIPT_KEYS: tuple[str, ...] = tuple(SCRIPT_DEFAULTS)
 # Answers shared by several rules.
 _TARGET = "not needed in hybridrl: hydra's class path (the sections are typed dataclasses)"
 _PROFILER = "not supported yet: nsys/npu/torch profilers (trainer.trace writes a timeline of every phase)"
-_ULYSSES = "not supported yet: Ulysses sequence parallelism"
+_ULYSSES = "not supported yet: Ulysses sequence parallelism for the reward model (the actor, ref and critic have it)"
 _COMPILE = "not supported yet: torch.compile of the log-prob and entropy code"
 _CHUNKING = "not needed in hybridrl: log-probs and entropy are always computed from the logits in chunks"
 _LORA = "not supported yet: LoRA adapters on the critic (the actor's actor_rollout_ref.model.lora_rank is)"
@@ -148,7 +148,10 @@ VERL_ANSWERS: tuple[tuple[str, str], ...] = (
     ("actor_rollout_ref.actor.fsdp_config.use_orig_params", _ORIG_PARAMS),
     ("actor_rollout_ref.actor.fsdp_config.seed", _SEED),
     ("actor_rollout_ref.actor.fsdp_config.full_determinism", _DETERMINISM),
-    ("actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size", _ULYSSES),
+    (
+        "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size",
+        "use actor_rollout_ref.actor.ulysses_sequence_parallel_size",
+    ),
     ("actor_rollout_ref.actor.fsdp_config.entropy_from_logits_with_chunking", _CHUNKING),
     ("actor_rollout_ref.actor.fsdp_config.use_torch_compile", _COMPILE),
     ("actor_rollout_ref.actor.fsdp_config.entropy_checkpointing", "use actor_rollout_ref.actor.entropy_checkpointing"),
@@ -193,7 +196,6 @@ VERL_ANSWERS: tuple[tuple[str, str], ...] = (
     ),
     ("actor_rollout_ref.actor.profiler.*", _PROFILER),
     ("actor_rollout_ref.actor.router_replay.*", _ROUTER_REPLAY),
-    ("actor_rollout_ref.actor.ulysses_sequence_parallel_size", _ULYSSES),
     ("actor_rollout_ref.actor.entropy_from_logits_with_chunking", _CHUNKING),
     (
         "actor_rollout_ref.actor.use_remove_padding",
@@ -239,7 +241,10 @@ VERL_ANSWERS: tuple[tuple[str, str], ...] = (
     ("actor_rollout_ref.ref.fsdp_config.use_orig_params", _ORIG_PARAMS),
     ("actor_rollout_ref.ref.fsdp_config.seed", _SEED),
     ("actor_rollout_ref.ref.fsdp_config.full_determinism", _DETERMINISM),
-    ("actor_rollout_ref.ref.fsdp_config.ulysses_sequence_parallel_size", _ULYSSES),
+    (
+        "actor_rollout_ref.ref.fsdp_config.ulysses_sequence_parallel_size",
+        "use actor_rollout_ref.ref.ulysses_sequence_parallel_size",
+    ),
     ("actor_rollout_ref.ref.fsdp_config.entropy_from_logits_with_chunking", _CHUNKING),
     ("actor_rollout_ref.ref.fsdp_config.use_torch_compile", _COMPILE),
     ("actor_rollout_ref.ref.fsdp_config.entropy_checkpointing", _NO_GRADIENTS),
@@ -249,7 +254,6 @@ VERL_ANSWERS: tuple[tuple[str, str], ...] = (
         "use actor_rollout_ref.actor.strategy, which the reference shares",
     ),
     ("actor_rollout_ref.ref.fsdp_config.dtype", "use actor_rollout_ref.actor.precision, which the reference shares"),
-    ("actor_rollout_ref.ref.ulysses_sequence_parallel_size", _ULYSSES),
     ("actor_rollout_ref.ref.entropy_from_logits_with_chunking", _CHUNKING),
     ("actor_rollout_ref.ref.entropy_checkpointing", _NO_GRADIENTS),
     # -- actor_rollout_ref.rollout: hf, vllm, sglang, each in the actor's workers
@@ -420,7 +424,7 @@ VERL_ANSWERS: tuple[tuple[str, str], ...] = (
     ("critic.model.fsdp_config.use_orig_params", _ORIG_PARAMS),
     ("critic.model.fsdp_config.seed", _SEED),
     ("critic.model.fsdp_config.full_determinism", _DETERMINISM),
-    ("critic.model.fsdp_config.ulysses_sequence_parallel_size", _ULYSSES),
+    ("critic.model.fsdp_config.ulysses_sequence_parallel_size", "use critic.ulysses_sequence_parallel_size"),
     (
         "critic.model.fsdp_config.entropy_from_logits_with_chunking",
         "not needed in hybridrl: the critic computes no log-probs or entropy",
@@ -453,7 +457,6 @@ VERL_ANSWERS: tuple[tuple[str, str], ...] = (
         "critic.forward_micro_batch_size",
         "use critic.forward_micro_batch_size_per_gpu, which counts per worker (not in total)",
     ),
-    ("critic.ulysses_sequence_parallel_size", _ULYSSES),
     # -- reward_model: a Hugging Face sequence classifier on FSDP, on its own role
     (
         "reward_model.enable_resource_pool",
@@ -634,6 +637,14 @@ RENAMES: dict[str, tuple[str, dict[Any, Any] | None]] = {
     "actor_rollout_ref.actor.use_fused_kernels": ("actor_rollout_ref.model.use_fused_kernels", None),
     "actor_rollout_ref.actor.use_remove_padding": ("actor_rollout_ref.model.use_remove_padding", None),
     "actor_rollout_ref.ref.fsdp_config.param_offload": ("actor_rollout_ref.ref.param_offload", None),
+    **{
+        f"{verl}.fsdp_config.ulysses_sequence_parallel_size": (f"{ours}.ulysses_sequence_parallel_size", None)
+        for verl, ours in (
+            ("actor_rollout_ref.actor", "actor_rollout_ref.actor"),
+            ("actor_rollout_ref.ref", "actor_rollout_ref.ref"),
+            ("critic.model", "critic"),
+        )
+    },
     "critic.optim.clip_grad": ("critic.grad_clip", None),
     "reward_model.model.fsdp_config.param_offload": ("reward_model.fsdp.param_offload", None),
     "reward_model.model.fsdp_config.reshard_after_forward": ("reward_model.fsdp.sharding_strategy", _FSDP_RESHARD),
