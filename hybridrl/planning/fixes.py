@@ -3,7 +3,8 @@ planned again; the ones that fit are offered cheapest first, each with its new p
 
 The order is the cost each change adds to a step, smallest first: scoring tokens from hidden states instead of
 full logits costs nothing; smaller micro-batches cost a little per-launch efficiency; activation checkpointing
-recomputes each layer's forward (~+30% of the update); offloading copies state over PCIe every step, and
+recomputes each layer's forward (~+30% of the update); Ulysses sequence parallelism adds two all-to-alls per
+layer and shrinks the data-parallel replicas; offloading copies state over PCIe every step, and
 FSDP's CPU offload also runs the optimizer step on the CPU; LoRA trains a different (smaller) set of
 parameters, so it comes last.
 """
@@ -13,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from hybridrl.algorithms.roles import critic_enabled
+from hybridrl.algorithms.roles import active_roles, critic_enabled
+from hybridrl.cluster.pools import ResourcePoolManager
 from hybridrl.config.choices import RolloutName, ShardingStrategy, Strategy
 from hybridrl.config.loader import load_config
 from hybridrl.config.schema import Config
@@ -39,7 +41,28 @@ def _halved(value: int) -> int:
     return max(1, value // 2)
 
 
-def _candidates(cfg: Config) -> list[tuple[list[str], str]]:
+def _ulysses_candidates(cfg: Config, shape: ModelShape | None) -> list[tuple[list[str], str]]:
+    """Each Ulysses group size the actor's workers and the model's heads allow (verl's rules, checked before
+    launch: ``hybridrl.models.ulysses``), with the packed rows it needs; the critic's too where there is one."""
+    actor = cfg.actor_rollout_ref.actor
+    if shape is None or actor.strategy != Strategy.fsdp or actor.ulysses_sequence_parallel_size > 1:
+        return []
+    roles = active_roles(cfg)
+    pools = ResourcePoolManager.from_config(cfg.resource_pool, roles)
+    workers = next(p.num_workers for p in pools.used_pools() if pools.mapping.get("actor_rollout") == p.name)
+    out = []
+    for size in (2, 4, 8):
+        kv_ok = shape.kv_heads % size == 0 or size % shape.kv_heads == 0
+        if workers % size or shape.heads % size or not kv_ok:
+            continue
+        changes = [f"{_MODEL}.use_remove_padding=true", f"{_ACTOR}.ulysses_sequence_parallel_size={size}"]
+        if critic_enabled(cfg) and cfg.critic.strategy == Strategy.fsdp:
+            changes += ["critic.model.use_remove_padding=true", f"critic.ulysses_sequence_parallel_size={size}"]
+        out.append((changes, f"each sequence over {size} workers: 2 all-to-alls per layer, {size}x fewer replicas"))
+    return out
+
+
+def _candidates(cfg: Config, shape: ModelShape | None = None) -> list[tuple[list[str], str]]:
     """Each change that could lower a peak, in the order of what it costs a step."""
     arr, critic = cfg.actor_rollout_ref, critic_enabled(cfg)
     actor = arr.actor
@@ -64,6 +87,7 @@ def _candidates(cfg: Config) -> list[tuple[list[str], str]]:
         checkpointing.append("critic.model.enable_gradient_checkpointing=true")
     if checkpointing:
         out.append((checkpointing, "activation checkpointing: each layer's forward again in the backward (~+30%)"))
+    out += _ulysses_candidates(cfg, shape)
     if arr.rollout.name != RolloutName.hf and arr.rollout.gpu_memory_utilization > 0.3:
         lower = round(arr.rollout.gpu_memory_utilization - 0.1, 2)
         out.append(([f"{_ROLLOUT}.gpu_memory_utilization={lower}"], "a smaller KV cache: fewer sequences at once"))
@@ -93,10 +117,12 @@ def fixes(
     overrides: list[str],
     yaml_path: str | None,
     plan_of: Callable[[Config], Plan],
+    shape: ModelShape | None = None,
 ) -> list[Fix]:
     """The changes that make ``plan_of`` fit: each candidate alone, cheapest first; where none alone fits,
-    the candidates accumulated in that order up to the first set that fits."""
-    candidates = _candidates(load_config(overrides, yaml_path=yaml_path))
+    the candidates accumulated in that order up to the first set that fits. ``shape``: the model's, for the
+    changes that depend on its heads (Ulysses)."""
+    candidates = _candidates(load_config(overrides, yaml_path=yaml_path), shape)
     found = []
     for changes, cost in candidates:
         alone = plan_of(load_config([*overrides, *changes], yaml_path=yaml_path))

@@ -17,8 +17,9 @@ Per rank of a group of W workers, with P parameters and b bytes per element of e
 - a forward or backward: one layer gathered (FSDP: its parameters and gradients; SHARD_GRAD_OP keeps the
   whole model gathered), the activations autograd keeps for one micro-batch
   (``ModelShape.activation_bytes_per_token`` times its tokens: the token budget with ``use_dynamic_bsz``,
-  else micro-batch x (prompt + response)), and the vocabulary logits of that micro-batch (none with
-  ``use_fused_kernels``, which scores tokens from hidden states in chunks).
+  else micro-batch x (prompt + response); under Ulysses 1/sp of those rows' tokens, a budget being per rank),
+  and the vocabulary logits of that micro-batch (none with ``use_fused_kernels`` or Ulysses, which score
+  tokens from hidden states in chunks).
 - the hand-over: one tensor at a time, in the generation dtype plus its fp32 gather; the Hugging Face export:
   a rank's pending file twice (safetensors serialises a copy) and the tensor in flight.
 """
@@ -181,8 +182,21 @@ def _frozen(
     )
 
 
-def _tokens(dynamic: bool, budget: int, micro_batch: int, sequence: int) -> int:
-    return budget if dynamic else micro_batch * sequence
+def _tokens(dynamic: bool, budget: int, micro_batch: int, sequence: int, sp: int = 1) -> int:
+    """Tokens one rank runs per micro-batch: a token budget is per rank (under Ulysses each of the ``sp`` ranks
+    of a group holds 1/sp of the micro-batch's tokens, verl's meaning), a row count covers whole rows."""
+    return budget if dynamic else -(-micro_batch * sequence // sp)
+
+
+def _ulysses(cfg: Config, name: str) -> int:
+    """A role's Ulysses group size (``ulysses_sequence_parallel_size``)."""
+    arr = cfg.actor_rollout_ref
+    sizes = {
+        "actor": arr.actor.ulysses_sequence_parallel_size,
+        "ref": arr.ref.ulysses_sequence_parallel_size,
+        "critic": cfg.critic.ulysses_sequence_parallel_size,
+    }
+    return sizes.get(name, 1)
 
 
 def plan_memory(cfg: Config, shape: ModelShape, device: Device, hf_max_shard_bytes: int | None = None) -> Plan:
@@ -322,6 +336,7 @@ def _forwards(cfg: Config, state: dict[str, _Role], sequence: int) -> list[tuple
                     rollout.log_prob_max_token_len_per_gpu,
                     rollout.log_prob_micro_batch_size_per_gpu,
                     sequence,
+                    _ulysses(cfg, "actor"),
                 ),
             )
         )
@@ -335,6 +350,7 @@ def _forwards(cfg: Config, state: dict[str, _Role], sequence: int) -> list[tuple
                     ref.log_prob_max_token_len_per_gpu,
                     ref.log_prob_micro_batch_size_per_gpu,
                     sequence,
+                    _ulysses(cfg, "ref"),
                 ),
             )
         )
@@ -348,6 +364,7 @@ def _forwards(cfg: Config, state: dict[str, _Role], sequence: int) -> list[tuple
                     critic.forward_max_token_len_per_gpu,
                     critic.forward_micro_batch_size_per_gpu,
                     sequence,
+                    _ulysses(cfg, "critic"),
                 ),
             )
         )
@@ -359,12 +376,20 @@ def _forwards(cfg: Config, state: dict[str, _Role], sequence: int) -> list[tuple
 
 def _update_tokens(cfg: Config, name: str, sequence: int) -> int:
     role = cfg.actor_rollout_ref.actor if name == "actor" else cfg.critic
-    return _tokens(role.use_dynamic_bsz, role.ppo_max_token_len_per_gpu, role.ppo_micro_batch_size_per_gpu, sequence)
+    return _tokens(
+        role.use_dynamic_bsz,
+        role.ppo_max_token_len_per_gpu,
+        role.ppo_micro_batch_size_per_gpu,
+        sequence,
+        _ulysses(cfg, name),
+    )
 
 
 def _activations(shape: ModelShape, cfg: Config, name: str, tokens: int, update: bool) -> dict[str, float]:
-    """A micro-batch's activations (all layers' in an update, one layer's in a forward without autograd) and
-    its vocabulary logits (only the policy's roles have a vocabulary head; none with fused kernels)."""
+    """A micro-batch's activations (all layers' in an update, one layer's in a forward without autograd) on
+    one rank (``tokens``: this rank's, 1/sp of the micro-batch's under Ulysses) and its vocabulary logits
+    (only the policy's roles have a vocabulary head; none with fused kernels, nor under Ulysses, which scores
+    tokens from the hidden states)."""
     arr = cfg.actor_rollout_ref
     if name in ("actor", "ref"):
         precision, checkpointed, fused = (
@@ -385,7 +410,7 @@ def _activations(shape: ModelShape, cfg: Config, name: str, tokens: int, update:
     # fp32 log-softmax and, in an update, its gradient.
     data = cfg.data
     scored = tokens * data.max_response_length / (data.max_prompt_length + data.max_response_length)
-    logits = 0 if fused else scored * shape.vocab * (act + (8 if update else 4))
+    logits = 0 if fused or _ulysses(cfg, name) > 1 else scored * shape.vocab * (act + (8 if update else 4))
     return {"activations": activations, "logits": logits}
 
 

@@ -26,6 +26,7 @@ def make_plan(overrides: list[str], yaml_path: str | None, gpu_memory_gb: float 
     # The config's own checks, not the pre-flight's: the plan is for a run elsewhere, whose weights and engine
     # need not be on this machine.
     cfg = load_config(overrides, yaml_path=yaml_path)
-    plan_of = planner(model_shape(cfg.actor_rollout_ref.model), device_for(cfg, gpu_memory_gb))
+    shape = model_shape(cfg.actor_rollout_ref.model)
+    plan_of = planner(shape, device_for(cfg, gpu_memory_gb))
     plan = plan_of(cfg)
-    return plan, ([] if plan.fits else fixes(overrides, yaml_path, plan_of))
+    return plan, ([] if plan.fits else fixes(overrides, yaml_path, plan_of, shape))

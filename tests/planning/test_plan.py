@@ -12,6 +12,7 @@ import pytest
 
 from hybridrl.cli import main
 from hybridrl.config.loader import load_config
+from hybridrl.planning.fixes import fixes, planner
 from hybridrl.planning.memory import GB, Device, plan_memory
 from hybridrl.planning.shape import ModelShape
 
@@ -160,3 +161,41 @@ def test_a_bad_model_directory_is_one_line(tmp_path, capsys):
     assert main(["plan", f"actor_rollout_ref.model.path={tmp_path}"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no config.json" in err
+
+
+LONG = [
+    "data.max_response_length=32768",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
+    "actor_rollout_ref.model.use_remove_padding=true",
+    "resource_pool.pools.global_pool.GPU=4",
+]
+
+
+def test_ulysses_divides_a_ranks_activations_by_its_group_and_scores_without_logits():
+    one = phase(plan(*LONG), "update actor")
+    four = phase(plan(*LONG, "actor_rollout_ref.actor.ulysses_sequence_parallel_size=4"), "update actor")
+    assert four.parts["activations"] == pytest.approx(one.parts["activations"] / 4, rel=0.01)
+    assert four.parts["logits"] == 0 < one.parts["logits"]
+    # a token budget is per rank of the group (verl's meaning): the same tokens per rank as without Ulysses
+    budget = ["actor_rollout_ref.actor.use_dynamic_bsz=true", "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=9000"]
+    per_rank = phase(plan(*LONG, *budget, "actor_rollout_ref.actor.ulysses_sequence_parallel_size=4"), "update actor")
+    assert per_rank.parts["activations"] == pytest.approx(
+        phase(plan(*LONG, *budget), "update actor").parts["activations"]
+    )
+
+
+def test_a_long_sequence_that_does_not_fit_is_offered_ulysses():
+    cfg_overrides = [
+        "algorithm.adv_estimator=grpo",
+        *LONG,
+        "actor_rollout_ref.model.enable_gradient_checkpointing=true",
+    ]
+    base = plan_memory(load_config(cfg_overrides), SHAPE, H100)
+    _, peak = base.peak
+    device = Device("cuda", peak.bytes * 0.9)  # just too small: the long sequence's activations must shrink
+    plan_of = planner(SHAPE, device)
+    offered = fixes(cfg_overrides, None, plan_of, SHAPE)
+    ulysses = [f for f in offered if any("ulysses_sequence_parallel_size=" in o for o in f.overrides)]
+    assert ulysses and all(f.plan.fits for f in ulysses)
+    assert "actor_rollout_ref.model.use_remove_padding=true" in ulysses[0].overrides
+    assert not any("ulysses_sequence_parallel_size=8" in o for f in offered for o in f.overrides)  # 4 workers

@@ -19,7 +19,18 @@ from hybridrl.trainer.job import run
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 #: Metrics of the machine, the transport or the layout, not of the computation.
-MACHINE = ("timing", "perf/", "throughput", "resource/", "memory/", "cluster/", "worker/", "ray/", "_s/", "dp_token_imbalance")
+MACHINE = (
+    "timing",
+    "perf/",
+    "throughput",
+    "resource/",
+    "memory/",
+    "cluster/",
+    "worker/",
+    "ray/",
+    "_s/",
+    "dp_token_imbalance",
+)
 
 
 def learning_metrics(run_dir: Path) -> list[dict[str, float]]:
