@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hybridrl.cluster.worker_group import WorkerGroup
+from hybridrl.generation.weight_channel import ChannelPlan
 from hybridrl.observability.tracing import CallResult
 from hybridrl.protocol import Batch
 from hybridrl.workers.actor_rollout import ActorRolloutRole
@@ -85,13 +86,11 @@ class ActorRolloutClient(RoleClient):
     def state_digest(self) -> list[dict[str, str]]:
         return self._all(ActorRolloutRole.state_digest)
 
-    def open_weight_channel(self, address: str, port: int, size: int, timeout_s: float) -> Callable[[], list[Any]]:
-        return self.group.submit_all(
-            self.role, ActorRolloutRole.open_weight_channel.__name__, address, port, size, timeout_s
-        )
+    def open_weight_channel(self, plan: ChannelPlan) -> Callable[[], list[Any]]:
+        return self.group.submit_all(self.role, ActorRolloutRole.open_weight_channel.__name__, plan)
 
     def send_weights(self) -> Callable[[], list[Any]]:
-        """Started now: every rank gathers the weights, the first sends them to the rollout workers."""
+        """Started now: every rank gathers the weights, the sending ranks send them to the rollout workers."""
         return self.group.submit_all(self.role, ActorRolloutRole.send_weights.__name__)
 
 
@@ -113,10 +112,8 @@ class RolloutClient(RoleClient):
 
         return result
 
-    def open_weight_channel(self, address: str, port: int, size: int, timeout_s: float) -> Callable[[], list[Any]]:
-        return self.group.submit_all(
-            self.role, RolloutRole.open_weight_channel.__name__, address, port, size, timeout_s
-        )
+    def open_weight_channel(self, plan: ChannelPlan) -> Callable[[], list[Any]]:
+        return self.group.submit_all(self.role, RolloutRole.open_weight_channel.__name__, plan)
 
     def receive_weights(self) -> Callable[[], list[Any]]:
         return self.group.submit_all(self.role, RolloutRole.receive_weights.__name__)

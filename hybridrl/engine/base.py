@@ -12,7 +12,7 @@ import inspect
 import logging
 import math
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import torch
 import torch.distributed as dist
@@ -33,6 +33,16 @@ if TYPE_CHECKING:
     from hybridrl.protocol import Batch
 
 logger = logging.getLogger(__name__)
+
+
+class WeightShard(NamedTuple):
+    """Rows ``row .. row + len(tensor)`` of the ``rows``-row weight ``name`` that one rank holds."""
+
+    name: str
+    tensor: torch.Tensor
+    row: int
+    rows: int
+
 
 #: What ``forward_backward`` minimises on each micro-batch: the model's output and the micro-batch in, the
 #: loss and its metrics out.
@@ -347,6 +357,11 @@ class TrainEngine:
             yield from lora.merged_weights(self._gathered(dtype, keep=lora.merge_input), adapted, dtype)
         else:
             yield from self._gathered(dtype)
+
+    def iter_weight_shards(self, dtype: torch.dtype | None = None) -> Iterator[WeightShard] | None:
+        """This rank's own rows of every weight, cast to ``dtype``, with nothing gathered (the multi-sender
+        hand-over to a rollout pool); None where the engine cannot say (then ``iter_full_weights``)."""
+        return None
 
     def _gathered(
         self, dtype: torch.dtype | None, keep: Callable[[str], bool] = lambda name: False

@@ -12,7 +12,7 @@ from hybridrl.config.schema import ModelConfig, RolloutConfig
 from hybridrl.engine.context import DataLayout, WorkerContext
 from hybridrl.generation.engines.base import EngineSite, GenerationRequest
 from hybridrl.generation.engines.factory import build_rollout_engine
-from hybridrl.generation.weight_channel import WeightChannel
+from hybridrl.generation.weight_channel import ChannelPlan, WeightChannel
 from hybridrl.models.loader import empty_causal_lm, load_tokenizer
 from hybridrl.protocol import Batch
 from hybridrl.seeds import rank_sampling_seed
@@ -80,8 +80,17 @@ class Generation:
         return Batch.from_dict(tensors={k: v.cpu() for k, v in out.items()}, non_tensors={"response_text": texts})
 
 
-def open_channel(ctx: WorkerContext, address: str, port: int, rank: int, size: int, timeout_s: float) -> WeightChannel:
-    """This worker's end of the weight channel between the actor's first rank and the generation workers."""
-    channel = WeightChannel(address, port, rank, size, ctx.device, timeout_s)
-    logger.info("Weight channel %s:%d open as rank %d of %d", address, port, rank, size)
+def open_channel(ctx: WorkerContext, plan: ChannelPlan, rank: int) -> WeightChannel:
+    """This worker's end of the weight channel between the actor's sending ranks and the generation workers."""
+    channel = WeightChannel(
+        plan.address,
+        plan.port,
+        rank,
+        plan.size,
+        ctx.device,
+        plan.timeout_s,
+        senders=plan.senders,
+        bucket_bytes=plan.bucket_bytes,
+    )
+    logger.info("Weight channel %s:%d open as rank %d of %d", plan.address, plan.port, rank, plan.size)
     return channel

@@ -7,8 +7,9 @@ layouts:
 
 - hybrid mode: the generation engine is in the same process; the weights stream into it, one full tensor
   at a time in its dtype (``TrainEngine.iter_full_weights``);
-- a rollout pool of its own: the same stream goes over a ``WeightChannel`` from the actor's first rank to
-  every generation worker, whose ``WeightReceiver`` loads it. When nothing changed the sender says so with
+- a rollout pool of its own: the weights go over a ``WeightChannel`` from the actor's sending ranks to
+  every generation worker, whose ``WeightReceiver`` loads them: each rank's own FSDP shards where every
+  rank sends, else the gathered stream shared out among the senders. When nothing changed the sender says so with
   an empty stream and the receivers keep what they hold (a driver-side counter is not needed).
 
 Every hand-over, skipped or not, is a ``weight_sync`` span, so ``timing_s/weight_sync`` is in every step.
@@ -22,11 +23,12 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 import torch
+import torch.distributed as dist
 
-from hybridrl.generation.weight_channel import WeightChannel
+from hybridrl.generation.weight_channel import Piece, WeightChannel
 
 if TYPE_CHECKING:
-    from hybridrl.engine.base import TrainEngine
+    from hybridrl.engine.base import TrainEngine, WeightShard
     from hybridrl.engine.offload import Offloader
     from hybridrl.generation.engines.base import RolloutEngine
 
@@ -77,6 +79,10 @@ class WeightSender:
         if self.target is not None:
             self.target.resume(keep_weights=False)  # allocated, not copied: every tensor is about to arrive
         with self.offload.resident():
+            shards = self._own_shards() if self.target is None else None
+            if shards is not None:
+                assert self.channel is not None
+                return self.channel.send_pieces(Piece(*shard) for shard in shards)
             weights = self.engine.iter_full_weights(self.dtype)
             if self.target is not None:
                 moved = [0]
@@ -87,6 +93,14 @@ class WeightSender:
                     pass
                 return 0
             return self.channel.send(weights)
+
+    def _own_shards(self) -> Iterator[WeightShard] | None:
+        """This rank's shards, where every actor rank sends and the engine can say what it owns: then nothing
+        is gathered (the same answer on every rank: the layout and the engine decide it)."""
+        world = dist.get_world_size() if dist.is_initialized() else 1
+        if self.channel is None or self.channel.senders != world:
+            return None
+        return self.engine.iter_weight_shards(self.dtype)
 
 
 class WeightReceiver:

@@ -20,7 +20,9 @@ Per rank of a group of W workers, with P parameters and b bytes per element of e
   else micro-batch x (prompt + response); under Ulysses 1/sp of those rows' tokens, a budget being per rank),
   and the vocabulary logits of that micro-batch (none with ``use_fused_kernels`` or Ulysses, which score
   tokens from hidden states in chunks).
-- the hand-over: one tensor at a time, in the generation dtype plus its fp32 gather; the Hugging Face export:
+- the hand-over: one tensor at a time, in the generation dtype plus its fp32 gather; to a rollout pool also the
+  channel's buckets (a sender two of ``update_weights_bucket_megabytes``, a generation worker one per
+  sender); the Hugging Face export:
   a rank's pending file twice (safetensors serialises a copy) and the tensor in flight.
 """
 
@@ -205,12 +207,15 @@ def plan_memory(cfg: Config, shape: ModelShape, device: Device, hf_max_shard_byt
     pools = ResourcePoolManager.from_config(cfg.resource_pool, roles)
     shard_bytes = hf_max_shard_bytes if hf_max_shard_bytes is not None else cfg.trainer.hf_max_shard_mb * 2**20
     groups = []
+    actor_workers = next(p.num_workers for p in pools.used_pools() if pools.mapping.get("actor_rollout") == p.name)
     for pool in pools.used_pools():
         here = tuple(role for role in roles if pools.mapping.get(role) == pool.name)
         generates = ("actor_rollout" in here and ROLLOUT not in roles) or ROLLOUT in here
         group = _Group(cfg, shape, device, pool.num_workers, _states(cfg, shape, device, here, pool.num_workers))
         if generates:
             group.engine = _engine(cfg, shape, device, group.gen_bytes, pool.num_workers)
+        if ROLLOUT in roles and ("actor_rollout" in here or ROLLOUT in here):
+            group.channel = _channel(cfg, shape, group.gen_bytes, actor_workers, sender="actor_rollout" in here)
         groups.append(GroupPlan(pool.name, here, pool.num_workers, group.phases(shard_bytes)))
     return Plan(groups, device)
 
@@ -248,6 +253,7 @@ class _Group:
     world: int
     state: dict[str, _Role]
     engine: dict[str, float] = field(default_factory=dict)
+    channel: dict[str, float] = field(default_factory=dict)  # a rollout pool's hand-over: buckets held
 
     @property
     def gen_bytes(self) -> int:
@@ -277,9 +283,11 @@ class _Group:
         if "actor" in state:
             pages = state["actor"].weights  # the file pages of the slices it reads, mapped while it reads them
             out.append(Phase("load", {**self.resident("load", "actor"), "file pages": pages, "one tensor": tensor * 4}))
-        if self.engine:
+        if self.engine or self.channel:
             bucket = tensor * (self.gen_bytes + 4)
-            out.append(Phase("hand-over", {**self.resident("hand-over", "actor"), "one tensor": bucket}))
+            parts = {**self.resident("hand-over", "actor"), "one tensor": bucket, **self.channel}
+            out.append(Phase("hand-over", parts))
+        if self.engine:
             out.append(Phase("generate", {**self.resident("generate"), "KV cache": self.engine["kv"]}))
         for name, phase, tokens in _forwards(cfg, state, sequence):
             parts = {**self.resident(phase, name), "gathered layer": state[name].working}
@@ -320,6 +328,18 @@ def _engine(cfg: Config, shape: ModelShape, device: Device, gen_b: int, world: i
     if not device.gpu and rollout.name != RolloutName.hf:
         kv = min(2 * kv, device.memory_bytes / 4)
     return {"weights": shape.params * gen_b / tp, "kv": kv}
+
+
+def _channel(cfg: Config, shape: ModelShape, gen_b: int, actor_workers: int, sender: bool) -> dict[str, float]:
+    """The buckets a rollout pool's hand-over holds (``generation.weight_channel``): a sender two of its own
+    (one going, one filling), a generation worker one from each sender at a time; never more than the model."""
+    rollout = cfg.actor_rollout_ref.rollout
+    senders = min(rollout.weight_senders or actor_workers, actor_workers)
+    bucket = rollout.update_weights_bucket_megabytes * 2**20
+    model = shape.params * gen_b
+    if sender:
+        return {"send buckets": min(2 * bucket, model / senders)}
+    return {"received buckets": min(senders * bucket, model)}
 
 
 def _forwards(cfg: Config, state: dict[str, _Role], sequence: int) -> list[tuple[str, str, int]]:

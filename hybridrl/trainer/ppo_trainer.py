@@ -128,7 +128,9 @@ class PPOTrainer:
         # Generation on the actor's workers, or on a rollout pool of its own (weights handed over to it).
         self.generator: ActorRolloutClient | RolloutClient = roles.rollout or roles.actor_rollout
         self.separate = (
-            SeparateRollout(roles.actor_rollout, roles.rollout, cfg.trainer.ray.call_timeout_s)
+            SeparateRollout(
+                roles.actor_rollout, roles.rollout, cfg.actor_rollout_ref.rollout, cfg.trainer.ray.call_timeout_s
+            )
             if roles.rollout is not None
             else None
         )
@@ -158,11 +160,12 @@ class PPOTrainer:
         gen_in.meta = {"seed": rollout_seed(self.cfg.trainer.seed, step, round_)}
         return prompts, batch, gen_in
 
-    def _hand_over(self, timings: dict) -> None:
-        """A rollout pool of its own gets the actor's current weights (if it lacks them) before it generates."""
+    def _hand_over(self, timings: dict, metrics: dict) -> None:
+        """A rollout pool of its own gets the actor's current weights (if it lacks them) before it generates;
+        what moved and how fast go into ``metrics`` (``weight_sync/mb``, ``weight_sync/gb_per_s``)."""
         if self.separate is not None:
             with self.monitor.phase("weight_handover", timings):
-                self.separate.hand_over()
+                metrics.update(self.separate.hand_over().metrics())
 
     def _start_generation(self, gen_in: Batch) -> Callable[[], Batch]:
         """Generation started on the generating workers; the returned function waits for the responses."""
@@ -184,14 +187,14 @@ class PPOTrainer:
             else:
                 prompts, batch = prefetched.prompts, prefetched.batch
         if prefetched is None:
-            self._hand_over(timings)
+            self._hand_over(timings, metrics)
         with self.monitor.phase("gen", timings):
             batch.union(prefetched.responses() if prefetched is not None else self._start_generation(gen_in)())
             metrics.update(RunMonitor.sub_span_timings(self.generator.last_results))
         if self.overlap and step < cfg.trainer.total_steps:
             # The next step's generation runs while this step scores and trains, on the weights before
             # this step's update (the rollout workers are idle now: the hand-over waits for nobody).
-            self._hand_over(timings)
+            self._hand_over(timings, metrics)
             sampler_state = self.sampler.state_dict()
             next_prompts, next_batch, next_in = self._prompts(step + 1, 0)
             self.prefetched = Prefetched(

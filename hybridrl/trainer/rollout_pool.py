@@ -1,5 +1,5 @@
 """The driver's side of a rollout pool of its own (``resource_pool.mapping.rollout``): the weight channel
-from the actor's first rank to the generation workers, one hand-over per weight change, and with
+from the actor's sending ranks to the generation workers, one hand-over per weight change, and with
 ``rollout.overlap`` the next step's generation started before this step trains.
 
 One step off-policy, as verl's one_step_off recipe and OpenRLHF's async mode: step k's rollouts were
@@ -11,38 +11,73 @@ The step time drops from gen + train to about max(gen, train) plus the hand-over
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from hybridrl.cluster.role_clients import ActorRolloutClient, RolloutClient
+from hybridrl.config.schema import RolloutConfig
+from hybridrl.generation.weight_channel import ChannelPlan
 from hybridrl.protocol import Batch
 
 logger = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class HandOver:
+    """One hand-over to the rollout pool: whether the weights were new, the bytes the senders sent, and the
+    seconds from the first send to the last receiver's load."""
+
+    new: bool
+    bytes: int
+    seconds: float
+
+    def metrics(self) -> dict[str, float]:
+        """``weight_sync/*``: what moved and how fast (only where weights moved)."""
+        if not self.new:
+            return {}
+        return {
+            "weight_sync/mb": self.bytes / 2**20,
+            "weight_sync/gb_per_s": self.bytes / 1e9 / max(self.seconds, 1e-9),
+        }
+
+
 class SeparateRollout:
-    def __init__(self, actor: ActorRolloutClient, rollout: RolloutClient, timeout_s: float) -> None:
-        """Opens the weight channel: the actor's first rank hosts it, every rollout worker joins."""
+    def __init__(self, actor: ActorRolloutClient, rollout: RolloutClient, cfg: RolloutConfig, timeout_s: float) -> None:
+        """Opens the weight channel: the actor's first rank hosts its store, the actor's sending ranks
+        (``rollout.weight_senders``) and every rollout worker join."""
         self.actor, self.rollout = actor, rollout
         address, port = actor.group.host_store()
-        size = 1 + rollout.group.world_size
-        # Both sides at once: the hosting rank waits in its constructor until every other rank connected.
-        opening = [
-            actor.open_weight_channel(address, port, size, timeout_s),
-            rollout.open_weight_channel(address, port, size, timeout_s),
-        ]
+        senders = min(cfg.weight_senders or actor.group.world_size, actor.group.world_size)
+        plan = ChannelPlan(
+            address,
+            port,
+            senders=senders,
+            receivers=rollout.group.world_size,
+            bucket_bytes=cfg.update_weights_bucket_megabytes * 2**20,
+            timeout_s=timeout_s,
+        )
+        # Both sides at once: every group's constructor waits until all its members connected.
+        opening = [actor.open_weight_channel(plan), rollout.open_weight_channel(plan)]
         for wait in opening:
             wait()
-        logger.info("Weight channel open: the actor's first rank -> %d rollout workers", rollout.group.world_size)
+        logger.info(
+            "Weight channel open: %d actor rank(s) -> %d rollout workers, buckets of %d MB",
+            senders,
+            rollout.group.world_size,
+            cfg.update_weights_bucket_megabytes,
+        )
 
-    def hand_over(self) -> bool:
-        """The actor's weights to the rollout workers; True if they were new (the actor's workers decide,
-        ``generation.weight_sync``: unchanged weights go as an empty stream). The receivers take the call
+    def hand_over(self) -> HandOver:
+        """The actor's weights to the rollout workers (the actor's workers decide whether they are new,
+        ``generation.weight_sync``: unchanged weights go as empty streams). The receivers take the call
         after any generation they are running, so the actor waits for that."""
+        started = time.perf_counter()
         sending, receiving = self.actor.send_weights(), self.rollout.receive_weights()
-        sending()
-        return any(receiving())
+        sent = sum(sending())
+        new = any(receiving())
+        return HandOver(new, sent, time.perf_counter() - started)
 
 
 @dataclass

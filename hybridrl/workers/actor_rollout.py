@@ -19,6 +19,7 @@ from hybridrl.engine.dtypes import rollout_dtype, weights_dtype
 from hybridrl.engine.packing import ModelOutput
 from hybridrl.generation.engines.base import RolloutEngine
 from hybridrl.generation.generation import Generation, open_channel
+from hybridrl.generation.weight_channel import ChannelPlan
 from hybridrl.generation.weight_sync import WeightSender
 from hybridrl.models.loader import (
     attention_implementation,
@@ -154,16 +155,16 @@ class ActorRolloutRole(EngineRole):
         )
 
     # -- the hand-over to a rollout pool of its own ---------------------------------------------
-    def open_weight_channel(self, address: str, port: int, size: int, timeout_s: float) -> None:
-        """The first rank hosts the channel to the rollout workers (rank 0 of ``size``); the others gather
-        the weights with it but do not send."""
-        if self.ctx.rank == 0:
-            self.weights.open(open_channel(self.ctx, address, port, 0, size, timeout_s))
+    def open_weight_channel(self, plan: ChannelPlan) -> None:
+        """The first ``plan.senders`` ranks send to the rollout workers (the first hosts the channel's store);
+        the others gather the weights with them but do not send."""
+        if self.ctx.rank < plan.senders:
+            self.weights.open(open_channel(self.ctx, plan, self.ctx.rank))
 
     def send_weights(self) -> int:
-        """Every rank gathers each full tensor in turn; the first rank sends it to the rollout workers
-        (``RolloutRole.receive_weights``), or an empty stream when they hold these weights. The bytes sent
-        (0 on the other ranks)."""
+        """Every rank gathers each full tensor in turn; the sending ranks send their shares to the rollout
+        workers (``RolloutRole.receive_weights``), or empty streams when they hold these weights. The bytes
+        this rank sent."""
         return self.weights.hand_over()
 
     # -- data layout ---------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """The Rollout role: generation-only workers on a pool of their own (``resource_pool.mapping.rollout``).
 
 The actor's workers then only train; after each update the actor's first rank streams the new weights to
-these workers over a weight channel (``parallel.weight_channel``). With ``rollout.overlap`` the driver
+these workers over a weight channel (``generation.weight_channel``). With ``rollout.overlap`` the driver
 has them generate the next step's rollouts while the actor trains on this step's (one step off-policy).
 """
 
@@ -11,6 +11,7 @@ from hybridrl.config.schema import Config
 from hybridrl.engine.context import DataLayout, WorkerContext
 from hybridrl.engine.dtypes import rollout_dtype
 from hybridrl.generation.generation import Generation, open_channel
+from hybridrl.generation.weight_channel import ChannelPlan
 from hybridrl.generation.weight_sync import WeightReceiver
 from hybridrl.protocol import Batch
 
@@ -37,12 +38,12 @@ class RolloutRole:
     def dp_layout(self, method: str) -> DataLayout:
         return self.generation.layout()
 
-    def open_weight_channel(self, address: str, port: int, size: int, timeout_s: float) -> None:
-        """Join the channel as rank 1 + this worker's rank (the actor's first rank is 0)."""
-        self.weights.open(open_channel(self.ctx, address, port, 1 + self.ctx.rank, size, timeout_s))
+    def open_weight_channel(self, plan: ChannelPlan) -> None:
+        """Join the channel after the actor's sending ranks (``plan.senders + rank``)."""
+        self.weights.open(open_channel(self.ctx, plan, plan.senders + self.ctx.rank))
 
     def receive_weights(self) -> bool:
-        """Load the weights the actor's first rank is sending (``ActorRolloutRole.send_weights``); False
+        """Load the weights the actor's sending ranks are sending (``ActorRolloutRole.send_weights``); False
         when it said these workers hold them already."""
         return self.weights.receive()
 

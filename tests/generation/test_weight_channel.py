@@ -1,5 +1,6 @@
 """The weight channel between worker groups: every tensor arrives exact, in its dtype and shape, with its
-name; and the actor's FSDP ranks hand their trained weights to a generation worker of another group."""
+name, from every sender, whatever the bucket size; and the actor's FSDP ranks hand their trained weights to
+a generation worker of another group, both sending."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import torch.distributed as dist
 from safetensors.torch import load_file, save_file
 
 from hybridrl.config.loader import load_config
-from hybridrl.generation.weight_channel import WeightChannel
+from hybridrl.generation.weight_channel import ChannelPlan, Piece, WeightChannel
 from hybridrl.testing.launch import run_ranks
 from tests.engine.test_fsdp_parity import make_batch, overrides
 from tests.tiny_models import tiny
@@ -33,30 +34,66 @@ def port():
     del store
 
 
-def channel_rank(rank: int, port: int, out: str) -> None:
-    channel = WeightChannel("127.0.0.1", port, rank, 3, torch.device("cpu"), timeout_s=60)
-    if rank == 0:
-        assert channel.send(iter(TENSORS.items())) == sum(t.numel() * t.element_size() for t in TENSORS.values())
+def channel_rank(rank: int, size: int, port: int, senders: int, bucket_bytes: int, out_dir: str) -> None:
+    channel = WeightChannel(
+        "127.0.0.1", port, rank, size, torch.device("cpu"), 60, senders=senders, bucket_bytes=bucket_bytes
+    )
+    out = f"{out_dir}/{rank}.pt"
+    if rank < senders:
+        torch.save(channel.send(iter(TENSORS.items())), out)  # the bytes this sender sent
         return
-    torch.save(list(channel.receive()), out)
+    torch.save([(name, tensor.clone()) for name, tensor in channel.receive()], out)  # views into a bucket
 
 
-def test_every_tensor_arrives_exact_with_its_name_dtype_and_shape(tmp_path, port):
-    ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=channel_rank, args=(r, port, str(tmp_path / f"{r}.pt"))) for r in range(3)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(120)
-        assert p.exitcode == 0
-    for r in (1, 2):
-        received = torch.load(tmp_path / f"{r}.pt")
-        assert [name for name, _ in received] == list(TENSORS)
-        for (name, tensor), expected in zip(received, TENSORS.values(), strict=True):
-            assert tensor.dtype == expected.dtype and torch.equal(tensor, expected), name
+@pytest.mark.parametrize("senders,bucket_bytes", [(1, 2**20), (2, 1), (3, 40)])
+def test_every_tensor_arrives_exact_with_its_name_dtype_and_shape(tmp_path, port, senders, bucket_bytes):
+    """One bucket of everything from one sender; a bucket per tensor from two; three senders, some with
+    nothing to send."""
+    size = senders + 2
+    run_ranks(channel_rank, size, port, senders, bucket_bytes, str(tmp_path))
+    sent = sum(torch.load(tmp_path / f"{r}.pt") for r in range(senders))
+    assert sent == sum(t.numel() * t.element_size() for t in TENSORS.values())
+    for r in range(senders, size):
+        received = dict(torch.load(tmp_path / f"{r}.pt"))
+        assert sorted(received) == sorted(TENSORS)
+        for name, expected in TENSORS.items():
+            tensor = received[name]
+            assert tensor.dtype == expected.dtype and tensor.shape == expected.shape, name
+            assert torch.equal(tensor, expected), name
+
+
+def pieces_rank(rank: int, size: int, port: int, out_dir: str) -> None:
+    """Two senders each send their rows of every tensor (as FSDP shards them: torch.chunk of dim 0)."""
+    channel = WeightChannel("127.0.0.1", port, rank, size, torch.device("cpu"), 60, senders=2, bucket_bytes=24)
+    if rank < 2:
+        mine = []
+        for name, tensor in TENSORS.items():
+            if tensor.dim() == 0:
+                continue
+            chunks = torch.chunk(tensor, 2)
+            start = sum(len(c) for c in chunks[:rank])
+            part = chunks[rank] if rank < len(chunks) else tensor[:0]
+            mine.append(Piece(name, part, start, tensor.shape[0]))
+        channel.send_pieces(mine)
+        return
+    torch.save([(name, tensor.clone()) for name, tensor in channel.receive()], f"{out_dir}/{rank}.pt")
+
+
+def test_shards_from_every_sender_arrive_as_whole_tensors(tmp_path, port):
+    run_ranks(pieces_rank, 3, port, str(tmp_path))
+    received = dict(torch.load(tmp_path / "2.pt"))
+    expected = {k: v for k, v in TENSORS.items() if v.dim() > 0}
+    assert sorted(received) == sorted(expected)  # a tensor of one row: the second sender's piece is empty
+    for name, tensor in expected.items():
+        assert received[name].dtype == tensor.dtype and torch.equal(received[name], tensor), name
 
 
 ROLLOUT_POOL = ("+resource_pool.pools.rollout_pool.GPU=1", "+resource_pool.mapping.rollout=rollout_pool")
+
+
+def channel_plan(port: int) -> ChannelPlan:
+    """Both actor ranks send, in small buckets, to one rollout worker."""
+    return ChannelPlan("127.0.0.1", port, senders=2, receivers=1, bucket_bytes=4096, timeout_s=60)
 
 
 def send_on_rank(rank: int, world_size: int, model_path: str, port: int, out: str) -> None:
@@ -72,12 +109,12 @@ def send_on_rank(rank: int, world_size: int, model_path: str, port: int, out: st
     actor = ActorRolloutRole.from_config(cfg, ctx)
     assert actor.rollout is None  # the rollout pool generates: no generation copy on the actor's workers
     actor.update_actor(make_batch(len(actor.tokenizer)).split(world_size)[rank])  # weights unlike the files'
-    actor.open_weight_channel("127.0.0.1", port, 2, 60)
+    actor.open_weight_channel(channel_plan(port))
     sent = actor.send_weights()
     again = actor.send_weights()  # nothing changed: an empty stream, the receivers keep their weights
     state = actor.engine.full_state_dict()
+    assert sent > 0 and again == 0  # both ranks send their share
     if rank == 0:
-        assert sent > 0 and again == 0
         save_file({k: v.contiguous() for k, v in state.items()}, out)
 
 
@@ -88,7 +125,7 @@ def receive_in_process(model_path: str, port: int, out: str) -> None:
 
     cfg = load_config(overrides(2, "FULL_SHARD", ROLLOUT_POOL))
     role = RolloutRole.from_config(cfg, WorkerContext(0, 1, torch.device("cpu"), None, model_path, model_path))
-    role.open_weight_channel("127.0.0.1", port, 2, 60)
+    role.open_weight_channel(channel_plan(port))
     assert role.receive_weights() is True
     assert role.receive_weights() is False  # the actor said nothing changed
     model = role.generation.engine.model  # the hf engine's copy

@@ -35,6 +35,12 @@ def test_overlapped_training_learns_the_default_task(tmp_path, shared_ray):
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 150
     assert all("timing_s/weight_handover" in r for r in rows[:-1])  # before each prefetched generation
+    # What moved and how fast (the model's bytes, in fp32 on CPU), in every step whose hand-over moved weights:
+    # all but the last and those after a validation, which handed the new weights over already.
+    weights_mb = sum(v.numel() * v.element_size() for v in read_weights(tmp_path / "actor_hf").values()) / 2**20
+    moved = [r for r in rows if "weight_sync/mb" in r]
+    assert len(moved) == 150 - 3 and all(r["weight_sync/gb_per_s"] > 0 for r in moved)
+    assert all(abs(r["weight_sync/mb"] - weights_mb) < 1e-6 * weights_mb for r in moved)
     assert "training/rollout_probs_diff_max" not in rows[-1]  # old log-probs are the behaviour policy's
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["gain"] >= 0.25, summary  # main_ppo's "the reward rose"

@@ -94,13 +94,27 @@ class RolloutConfig:
     free_cache_engine: bool = doc(
         True, "GPU: release the generation engine's memory (weights, cache) while training; no effect on CPU"
     )
+    weight_senders: int | None = doc(
+        None,
+        "a rollout pool's hand-over: how many of the actor's ranks send the weights side by side (each its share, "
+        "to every generation worker); null = every actor rank, 1 = the first only",
+    )
+    update_weights_bucket_megabytes: int = doc(
+        512, "a rollout pool's hand-over: tensors travel packed in buckets of this many MB (three messages each)"
+    )
     val_kwargs: ValKwargsConfig = section(ValKwargsConfig, "sampling for validation")
 
     def sampling(self) -> SamplingConfig:
         return SamplingConfig(self.do_sample, self.temperature, self.top_k, self.top_p)
 
     def problems(self, at: str) -> list[str]:
-        problems = positive(at, n=self.n, log_prob_micro_batch_size_per_gpu=self.log_prob_micro_batch_size_per_gpu)
+        problems = positive(
+            at,
+            n=self.n,
+            log_prob_micro_batch_size_per_gpu=self.log_prob_micro_batch_size_per_gpu,
+            weight_senders=self.weight_senders,
+            update_weights_bucket_megabytes=self.update_weights_bucket_megabytes,
+        )
         if not 0 < self.gpu_memory_utilization <= 1:
             problems.append(f"{at}.gpu_memory_utilization={self.gpu_memory_utilization} must lie in (0, 1].")
         sampling = self.sampling()

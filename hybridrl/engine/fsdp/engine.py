@@ -4,22 +4,24 @@ Ulysses sequence parallelism (``hybridrl.engine.fsdp.ulysses``), each sequence s
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 
 from hybridrl.algorithms.token_logprobs import TokenScores, TokenScoring
 from hybridrl.config.choices import Precision, ShardingStrategy
 from hybridrl.config.schema import FSDPConfig, OptimConfig
-from hybridrl.engine.base import TrainEngine
+from hybridrl.engine.base import TrainEngine, WeightShard
 from hybridrl.engine.fsdp.sharding import apply_fsdp, fsdp_mesh, full_state_dict
 from hybridrl.engine.fsdp.ulysses import UlyssesLayout, gather_sequence, slice_packed, ulysses_mesh
 from hybridrl.engine.packing import ModelOutput, PackedOutput, pack_batch
 from hybridrl.engine.precision import DynamicLossScaler
-from hybridrl.models import ulysses
-from hybridrl.models.weights import WeightSource, load_weights, materialize
+from hybridrl.models import lora, ulysses
+from hybridrl.models.weights import WeightSource, load_weights, materialize, tied_aliases
 
 if TYPE_CHECKING:
     from hybridrl.protocol import Batch
@@ -94,6 +96,39 @@ class FSDPEngine(TrainEngine):
             fused_kernels=fused_kernels,
             share_prompts=share_prompts,
         )
+
+    def iter_weight_shards(self, dtype: torch.dtype | None = None) -> Iterator[WeightShard] | None:
+        """Each weight's dim-0 shard this rank holds under FSDP2 on one mesh dimension (FULL_SHARD,
+        SHARD_GRAD_OP): ``torch.chunk``'s split, rank r rows [r * c, (r + 1) * c) of c = ceil(rows / W). None
+        for layouts that replicate (NO_SHARD, HYBRID_SHARD: every replica would send) and for LoRA (the
+        hand-over sends merged weights, which need the whole base tensor)."""
+        if lora.scalings(self.model):
+            return None
+        state = self.model.state_dict(keep_vars=True)
+        aliases = tied_aliases(state)
+        for tensor in state.values():
+            placements = getattr(tensor, "placements", None)
+            if placements is not None and (len(placements) != 1 or not placements[0].is_shard(0)):
+                return None
+        rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+
+        def shards() -> Iterator[WeightShard]:
+            for name, param in state.items():
+                if name in aliases:
+                    continue
+                tensor = param.detach()
+                if dtype is not None and tensor.is_floating_point():
+                    tensor = tensor.to(dtype)
+                if hasattr(tensor, "to_local"):
+                    rows = tensor.shape[0]
+                    chunk = -(-rows // world)
+                    yield WeightShard(name, tensor.to_local(), min(rank * chunk, rows), rows)
+                elif rank == 0:  # not sharded: every rank holds it, the first sends it
+                    yield WeightShard(name, tensor, 0, tensor.shape[0])
+
+        if any(t.dim() == 0 for n, t in state.items() if n not in aliases):
+            return None  # a scalar weight has no rows to split
+        return shards()
 
     # -- Ulysses: a replica is ``sequence_parallel`` consecutive ranks, each computing part of every sequence ----
     @property

@@ -78,7 +78,7 @@ SCRIPT_KEYS: tuple[str, ...] = tuple(SCRIPT_DEFAULTS)
 # Answers shared by several rules.
 _TARGET = "not needed in hybridrl: hydra's class path (the sections are typed dataclasses)"
 _PROFILER = "not supported yet: nsys/npu/torch profilers (trainer.trace writes a timeline of every phase)"
-_ULYSSES = "not supported yet: Ulysses sequence parallelism for the reward model (the actor, ref and critic have it)"
+_ULYSSES = "not supported yet: Ulysses sequence parallelism for the reward model (actor, ref and critic have it)"
 _COMPILE = "not supported yet: torch.compile of the log-prob and entropy code"
 _CHUNKING = "not needed in hybridrl: log-probs and entropy are always computed from the logits in chunks"
 _LORA = "not supported yet: LoRA adapters on the critic (the actor's actor_rollout_ref.model.lora_rank is)"
@@ -310,8 +310,12 @@ VERL_ANSWERS: tuple[tuple[str, str], ...] = (
     ),
     ("actor_rollout_ref.rollout.agent.*", "not supported yet: agent-loop rollouts"),
     (
+        "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes",
+        "use actor_rollout_ref.rollout.update_weights_bucket_megabytes",
+    ),
+    (
         "actor_rollout_ref.rollout.checkpoint_engine.*",
-        "not needed in hybridrl: the weights reach the engine inside the actor's workers, one tensor at a time",
+        "not needed in hybridrl: weights stream to a colocated engine, and in buckets to a rollout pool",
     ),
     ("actor_rollout_ref.rollout.trace.*", "not supported yet: tracing rollouts to MLflow or Weave"),
     ("actor_rollout_ref.rollout.skip_rollout", _SKIP_ROLLOUT),
@@ -637,6 +641,10 @@ RENAMES: dict[str, tuple[str, dict[Any, Any] | None]] = {
     "actor_rollout_ref.actor.use_fused_kernels": ("actor_rollout_ref.model.use_fused_kernels", None),
     "actor_rollout_ref.actor.use_remove_padding": ("actor_rollout_ref.model.use_remove_padding", None),
     "actor_rollout_ref.ref.fsdp_config.param_offload": ("actor_rollout_ref.ref.param_offload", None),
+    "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes": (
+        "actor_rollout_ref.rollout.update_weights_bucket_megabytes",
+        None,
+    ),
     **{
         f"{verl}.fsdp_config.ulysses_sequence_parallel_size": (f"{ours}.ulysses_sequence_parallel_size", None)
         for verl, ours in (
