@@ -230,7 +230,11 @@ class WeightChannel:
         """Every sender's ``(name, tensor)`` pairs, each yielded as its bucket arrives (on this rank's
         device). One thread per sender receives its buckets, so a sender never waits for another's."""
         assert self.rank >= self.senders, "the senders send"
-        arrived: queue.Queue[tuple[torch.Tensor, torch.Tensor] | BaseException | None] = queue.Queue()
+        # At most one bucket per sender waits here (and one more in each thread): a worker holds up to
+        # 2 x senders x bucket_bytes. A full queue holds a thread back, never the loading: no deadlock.
+        arrived: queue.Queue[tuple[torch.Tensor, torch.Tensor] | BaseException | None] = queue.Queue(
+            maxsize=len(self.groups)
+        )
         threads = [threading.Thread(target=self._receive_from, args=(g, arrived), daemon=True) for g in self.groups]
         for thread in threads:
             thread.start()

@@ -21,7 +21,7 @@ Per rank of a group of W workers, with P parameters and b bytes per element of e
   and the vocabulary logits of that micro-batch (none with ``use_fused_kernels`` or Ulysses, which score
   tokens from hidden states in chunks).
 - the hand-over: one tensor at a time, in the generation dtype plus its fp32 gather; to a rollout pool also the
-  channel's buckets (a sender two of ``update_weights_bucket_megabytes``, a generation worker one per
+  channel's buckets (a sender two of ``update_weights_bucket_megabytes``, a generation worker two per
   sender); the Hugging Face export:
   a rank's pending file twice (safetensors serialises a copy) and the tensor in flight.
 """
@@ -332,14 +332,15 @@ def _engine(cfg: Config, shape: ModelShape, device: Device, gen_b: int, world: i
 
 def _channel(cfg: Config, shape: ModelShape, gen_b: int, actor_workers: int, sender: bool) -> dict[str, float]:
     """The buckets a rollout pool's hand-over holds (``generation.weight_channel``): a sender two of its own
-    (one going, one filling), a generation worker one from each sender at a time; never more than the model."""
+    (one going, one filling), a generation worker two from each sender (one waiting to load, one arriving);
+    never more than the model."""
     rollout = cfg.actor_rollout_ref.rollout
     senders = min(rollout.weight_senders or actor_workers, actor_workers)
     bucket = rollout.update_weights_bucket_megabytes * 2**20
     model = shape.params * gen_b
     if sender:
         return {"send buckets": min(2 * bucket, model / senders)}
-    return {"received buckets": min(senders * bucket, model)}
+    return {"received buckets": min(2 * senders * bucket, model)}
 
 
 def _forwards(cfg: Config, state: dict[str, _Role], sequence: int) -> list[tuple[str, str, int]]:

@@ -129,11 +129,11 @@ def test_a_separate_rollout_pool_generates_on_its_own_workers():
     phases = {group.pool: [p.name for p in group.phases] for group in split.groups}
     assert "generate" not in phases["train"] and "update actor" in phases["train"]
     assert "generate" in phases["gen"] and "update actor" not in phases["gen"]
-    # the hand-over's buckets: two on a sender, one per sender (both actor ranks send) on a generation worker
+    # the hand-over's buckets: two on a sender, two per sender (both actor ranks send) on a generation worker
     bucket = 2**20
     assert phase(split, "hand-over", 0).parts["send buckets"] == 2 * bucket
     gen = next(i for i, group in enumerate(split.groups) if group.pool == "gen")
-    assert phase(split, "hand-over", gen).parts["received buckets"] == 2 * bucket
+    assert phase(split, "hand-over", gen).parts["received buckets"] == 4 * bucket
 
 
 def test_plan_of_a_7b_on_eight_80gb_gpus_answers_in_seconds_without_ray(qwen_7b):
