@@ -98,6 +98,8 @@ class _Assembly:
             if row < 0:
                 yield name, tensor  # a view into the bucket: engines copy what they load
                 continue
+            if shape[0] == 0:  # a rank past the last row (FSDP's chunks): it owns nothing of this tensor
+                continue
             whole, filled = self._partial.get(name) or (tensor.new_empty((rows, *shape[1:])), 0)
             whole[row : row + shape[0]].copy_(tensor)
             filled += shape[0]
@@ -191,7 +193,7 @@ class WeightChannel:
 
     def send_pieces(self, pieces: Iterable[Piece]) -> int:
         """This sender's own pieces (its shards; every sender sends its own), in buckets, then the end mark."""
-        return self._send(pieces)
+        return self._send(piece for piece in pieces if piece.tensor.shape[0] > 0)
 
     def _send(self, pieces: Iterable[Piece]) -> int:
         assert self.rank < self.senders, "the generation workers receive"

