@@ -77,12 +77,3 @@ def shared_ray() -> str:
     stopping a cluster of its own (~5 CPU-seconds each on 2 cores). Sized as a run's own local cluster is on
     this machine (a CPU per core), so workers get the same torch threads."""
     return _SHARED.address()
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Modules with end-to-end runs (``slow``) first, each module kept whole (its fixtures set up once). The
-    two xdist workers take tests in this order as they free up: with the minute-long runs first, the suite
-    ends on short tests, not on one worker finishing a long run while the other idles (the trainer's runs
-    were collected near the end)."""
-    slow = {item.module.__name__ for item in items if item.module is not None and item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.module is None or item.module.__name__ not in slow)
