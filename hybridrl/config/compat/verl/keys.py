@@ -626,8 +626,12 @@ def _fsdp_renames(verl: str, ours: str, role: str) -> dict[str, tuple[str, dict[
         f"{verl}.forward_prefetch": (f"{ours}.limit_all_gathers", _FSDP_PREFETCH),
         f"{verl}.model_dtype": (f"{ours}.model_dtype", _DTYPES),
         f"{verl}.strategy": (f"{role}.strategy", _STRATEGIES),
+        f"{verl}.ulysses_sequence_parallel_size": (f"{role}.ulysses_sequence_parallel_size", None),
     }
 
+
+_REF_ULYSSES = "actor_rollout_ref.ref.ulysses_sequence_parallel_size"
+_BUCKET_MB = "update_weights_bucket_megabytes"
 
 # verl key -> (hybridrl key, verl value -> hybridrl value or None for the same value): the value moves there.
 RENAMES: dict[str, tuple[str, dict[Any, Any] | None]] = {
@@ -641,18 +645,8 @@ RENAMES: dict[str, tuple[str, dict[Any, Any] | None]] = {
     "actor_rollout_ref.actor.use_fused_kernels": ("actor_rollout_ref.model.use_fused_kernels", None),
     "actor_rollout_ref.actor.use_remove_padding": ("actor_rollout_ref.model.use_remove_padding", None),
     "actor_rollout_ref.ref.fsdp_config.param_offload": ("actor_rollout_ref.ref.param_offload", None),
-    "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes": (
-        "actor_rollout_ref.rollout.update_weights_bucket_megabytes",
-        None,
-    ),
-    **{
-        f"{verl}.fsdp_config.ulysses_sequence_parallel_size": (f"{ours}.ulysses_sequence_parallel_size", None)
-        for verl, ours in (
-            ("actor_rollout_ref.actor", "actor_rollout_ref.actor"),
-            ("actor_rollout_ref.ref", "actor_rollout_ref.ref"),
-            ("critic.model", "critic"),
-        )
-    },
+    f"actor_rollout_ref.rollout.checkpoint_engine.{_BUCKET_MB}": (f"actor_rollout_ref.rollout.{_BUCKET_MB}", None),
+    "actor_rollout_ref.ref.fsdp_config.ulysses_sequence_parallel_size": (_REF_ULYSSES, None),
     "critic.optim.clip_grad": ("critic.grad_clip", None),
     "reward_model.model.fsdp_config.param_offload": ("reward_model.fsdp.param_offload", None),
     "reward_model.model.fsdp_config.reshard_after_forward": ("reward_model.fsdp.sharding_strategy", _FSDP_RESHARD),
