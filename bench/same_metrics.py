@@ -15,25 +15,9 @@ import logging
 import sys
 from pathlib import Path
 
+from hybridrl.observability.metrics import machine_metric
+
 logger = logging.getLogger("same_metrics")
-
-#: Metrics that measure the machine or the transport, not the computation (ray/transfer_mb counts pickled
-#: bytes, which change with a module path).
-MACHINE = (
-    "ray/",
-    "timing_s/",
-    "timing_per_token_ms/",
-    "perf/",
-    "throughput",
-    "resource/",
-    "memory/",
-    "cluster/",
-    "worker/",
-)
-
-
-def machine_metric(key: str) -> bool:
-    return key.startswith(MACHINE) or "time" in key or "_s/" in key or key.endswith(("_s", "_ms", "mfu"))
 
 
 def rows(run_dir: Path) -> dict[int, dict[str, float]]:

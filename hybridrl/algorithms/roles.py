@@ -29,6 +29,18 @@ def engine_section(cfg: Config, role: str) -> TrainedRoleConfig | RewardModelCon
     raise KeyError(f"Unknown role '{role}'; roles: {', '.join(ROLES)}.")
 
 
+def ulysses_size(cfg: Config, role: str) -> tuple[str, int]:
+    """The section that sets a role's Ulysses group size (``ulysses_sequence_parallel_size``), and the size;
+    the reward model has none (1)."""
+    if role == "actor_rollout":
+        return "actor_rollout_ref.actor", cfg.actor_rollout_ref.actor.ulysses_sequence_parallel_size
+    if role == "ref":
+        return "actor_rollout_ref.ref", cfg.actor_rollout_ref.ref.ulysses_sequence_parallel_size
+    if role == "critic":
+        return "critic", cfg.critic.ulysses_sequence_parallel_size
+    return ROLE_SECTIONS[role], 1
+
+
 def critic_enabled(cfg: Config) -> bool:
     if cfg.critic.enable is None:
         return get_adv_estimator(cfg.algorithm.adv_estimator).needs_critic

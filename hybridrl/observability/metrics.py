@@ -6,6 +6,26 @@ import torch
 
 from hybridrl.protocol import Batch
 
+#: Prefixes of the metrics that measure the machine or the transport, not the computation (ray/transfer_mb
+#: counts pickled bytes, which change with a module path).
+MACHINE_PREFIXES = (
+    "ray/",
+    "timing_s/",
+    "timing_per_token_ms/",
+    "perf/",
+    "throughput",
+    "resource/",
+    "memory/",
+    "cluster/",
+    "worker/",
+)
+
+
+def machine_metric(key: str) -> bool:
+    """Whether ``key`` measures the machine (timings, throughput, MFU, memory, CPU), so that two runs of one
+    computation may differ in it (bench/same_metrics.py, the runs that compare layouts)."""
+    return key.startswith(MACHINE_PREFIXES) or "time" in key or "_s/" in key or key.endswith(("_s", "_ms", "mfu"))
+
 
 def _stats(prefix: str, values: torch.Tensor) -> dict[str, float]:
     values = values.float()

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hybridrl.algorithms.roles import ROLLOUT, active_roles
+from hybridrl.algorithms.roles import ROLLOUT, active_roles, ulysses_size
 from hybridrl.cluster.pools import ResourcePoolManager
 from hybridrl.config.choices import DType, Precision, RolloutName, ShardingStrategy, Strategy
 from hybridrl.config.schema import Config, FSDPConfig, TrainedRoleConfig
@@ -191,14 +191,8 @@ def _tokens(dynamic: bool, budget: int, micro_batch: int, sequence: int, sp: int
 
 
 def _ulysses(cfg: Config, name: str) -> int:
-    """A role's Ulysses group size (``ulysses_sequence_parallel_size``)."""
-    arr = cfg.actor_rollout_ref
-    sizes = {
-        "actor": arr.actor.ulysses_sequence_parallel_size,
-        "ref": arr.ref.ulysses_sequence_parallel_size,
-        "critic": cfg.critic.ulysses_sequence_parallel_size,
-    }
-    return sizes.get(name, 1)
+    """The Ulysses group size of a planned role (``actor`` is the actor_rollout role's engine)."""
+    return ulysses_size(cfg, "actor_rollout" if name == "actor" else name)[1]
 
 
 def plan_memory(cfg: Config, shape: ModelShape, device: Device, hf_max_shard_bytes: int | None = None) -> Plan:

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from hybridrl.algorithms.advantages import ADV_ESTIMATORS, get_adv_estimator
 from hybridrl.algorithms.losses import LOSS_AGG_MODES, POLICY_LOSSES
-from hybridrl.algorithms.roles import ROLE_SECTIONS, ROLES, ROLLOUT, active_roles, engine_section
+from hybridrl.algorithms.roles import ROLE_SECTIONS, ROLES, ROLLOUT, active_roles, engine_section, ulysses_size
 from hybridrl.cluster.pools import ResourcePoolManager
 from hybridrl.config.choices import Device, RolloutName, Strategy
 from hybridrl.config.errors import ConfigError, all_at_once
@@ -449,17 +449,6 @@ def _check_megatron(cfg: Config, workers: dict[str, int]) -> dict[str, int]:
             )
         replicas[role] = count // (megatron.tp_size * megatron.pp_size)
     return replicas
-
-
-def ulysses_size(cfg: Config, role: str) -> tuple[str, int]:
-    """The section that sets a role's Ulysses group size, and the size (the reward model has none)."""
-    if role == "actor_rollout":
-        return "actor_rollout_ref.actor", cfg.actor_rollout_ref.actor.ulysses_sequence_parallel_size
-    if role == "ref":
-        return "actor_rollout_ref.ref", cfg.actor_rollout_ref.ref.ulysses_sequence_parallel_size
-    if role == "critic":
-        return "critic", cfg.critic.ulysses_sequence_parallel_size
-    return ROLE_SECTIONS[role], 1
 
 
 def _check_ulysses(cfg: Config, workers: dict[str, int], replicas: dict[str, int]) -> dict[str, int]:

@@ -12,43 +12,16 @@ from safetensors.torch import load_file, save_file
 from hybridrl.config.loader import load_config
 from hybridrl.engine.fsdp.ulysses import UlyssesLayout, slice_packed
 from hybridrl.engine.packing import pack_rows
-from hybridrl.models.tiny import ensure_tiny_model
 from hybridrl.models.ulysses import SequenceShard, ulysses_fit_errors
-from hybridrl.protocol import Batch
 from hybridrl.testing.launch import run_ranks
-
-B, P, R = 8, 6, 7  # sequences, prompt columns (left-padded), response columns (right-padded)
-
-
-def make_batch(vocab: int) -> Batch:
-    """Ragged rows: prompts of 2-6 tokens, responses of 1-7, so packed rows split mid-document."""
-    g = torch.Generator().manual_seed(0)
-    prompt_len = torch.randint(2, P + 1, (B,), generator=g)
-    resp_len = torch.randint(1, R + 1, (B,), generator=g)
-    prompt_mask = (torch.arange(P)[None, :] >= (P - prompt_len)[:, None]).long()
-    response_mask = (torch.arange(R)[None, :] < resp_len[:, None]).long()
-    attention_mask = torch.cat([prompt_mask, response_mask], dim=1)
-    input_ids = torch.randint(3, vocab, (B, P + R), generator=g) * attention_mask
-    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-    return Batch.from_dict(
-        tensors={
-            "input_ids": input_ids,
-            "attention_mask": attention_mask,
-            "position_ids": position_ids,
-            "responses": input_ids[:, P:].clone(),
-            "response_mask": response_mask,
-            "old_log_probs": (-torch.rand(B, R, generator=g) - 2.5) * response_mask,
-            "advantages": torch.randn(B, R, generator=g) * response_mask,
-            "values": torch.randn(B, R, generator=g) * 0.1 * response_mask,
-            "returns": torch.randn(B, R, generator=g) * response_mask,
-        },
-        meta={"seed": 3},
-    )
+from tests.engine.test_fsdp_parity import _close
+from tests.engine.test_megatron_parity import make_batch
+from tests.tiny_models import tiny
 
 
 def overrides(world_size: int, sp: int, extra: tuple[str, ...]) -> list[str]:
     return [
-        "data.train_batch_size=4",
+        "data.train_batch_size=8",  # make_batch's 16 rows
         "actor_rollout_ref.rollout.n=2",
         "actor_rollout_ref.actor.ppo_mini_batch_size=4",
         "critic.ppo_mini_batch_size=4",
@@ -108,12 +81,6 @@ def run_on_rank(rank: int, world_size: int, model_path: str, sp: int, out_dir: s
         save_file({k: v.contiguous() for k, v in state.items()}, f"{out_dir}/{role}_rank{rank}.safetensors")
 
 
-def _close(a: dict, b: dict, rtol: float = 1e-5, atol: float = 1e-6) -> None:
-    assert a.keys() == b.keys()
-    for k in a:
-        torch.testing.assert_close(a[k], b[k], rtol=rtol, atol=atol, msg=lambda m, k=k: f"{k}: {m}")
-
-
 @pytest.mark.parametrize(
     "sp,budget,extra",
     [
@@ -123,15 +90,7 @@ def _close(a: dict, b: dict, rtol: float = 1e-5, atol: float = 1e-6) -> None:
     ],
 )
 def test_ulysses_matches_single_process(tmp_path, sp, budget, extra):
-    model_path = ensure_tiny_model(
-        tmp_path / "m",
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=64,
-        seed=0,
-    )
+    model_path = tiny(tmp_path / "m")
     plain, split = tmp_path / "plain", tmp_path / "split"
     plain.mkdir(), split.mkdir()
 

@@ -14,29 +14,19 @@ from pathlib import Path
 import pytest
 
 from hybridrl.config.loader import load_config
+from hybridrl.observability.metrics import machine_metric
 from hybridrl.trainer.job import run
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
-#: Metrics of the machine, the transport or the layout, not of the computation.
-MACHINE = (
-    "timing",
-    "perf/",
-    "throughput",
-    "resource/",
-    "memory/",
-    "cluster/",
-    "worker/",
-    "ray/",
-    "_s/",
-    "dp_token_imbalance",
-)
+#: A metric of the data-parallel layout (1 replica against 2), not of the computation.
+LAYOUT = "dp_token_imbalance"
 
 
 def learning_metrics(run_dir: Path) -> list[dict[str, float]]:
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     return [
-        {k: v for k, v in row.items() if isinstance(v, int | float) and not any(m in k for m in MACHINE)}
+        {k: v for k, v in row.items() if isinstance(v, int | float) and not machine_metric(k) and LAYOUT not in k}
         for row in rows
     ]
 

@@ -136,7 +136,9 @@ class ActorRolloutRefConfig:
         ]
         actor_sp, ref_sp = self.actor.ulysses_sequence_parallel_size, self.ref.ulysses_sequence_parallel_size
         if max(actor_sp, ref_sp) > 1:
-            problems += _ulysses_problems(f"{at}.actor", self.actor.strategy, self.model.use_remove_padding)
+            problems += _ulysses_problems(
+                f"{at}.actor", f"{at}.model", self.actor.strategy, self.model.use_remove_padding
+            )
         if self.model.lora_rank > 0 and ref_sp != actor_sp:
             problems.append(
                 f"{at}.ref.ulysses_sequence_parallel_size={ref_sp} differs from the actor's ({actor_sp}): with "
@@ -152,8 +154,9 @@ class ActorRolloutRefConfig:
         return problems
 
 
-def _ulysses_problems(at: str, strategy: Strategy, remove_padding: bool) -> list[str]:
-    """What Ulysses sequence parallelism needs of a role: the FSDP engine and packed rows (verl's rule too)."""
+def _ulysses_problems(at: str, model: str, strategy: Strategy, remove_padding: bool) -> list[str]:
+    """What Ulysses sequence parallelism needs of the role at ``at`` (its model section at ``model``): the
+    FSDP engine and packed rows (verl's rule too)."""
     problems = []
     if strategy != Strategy.fsdp:
         problems.append(
@@ -161,7 +164,6 @@ def _ulysses_problems(at: str, strategy: Strategy, remove_padding: bool) -> list
             f"sequence with parallel_config.megatron.sequence_parallel); set it to 1 or use fsdp."
         )
     if not remove_padding:
-        model = at.rsplit(".", 1)[0] + ".model" if at.endswith(".actor") else f"{at}.model"
         problems.append(
             f"{at}.ulysses_sequence_parallel_size > 1 splits packed sequences: set {model}.use_remove_padding=true "
             f"(verl requires the same)."
@@ -197,5 +199,5 @@ class CriticConfig(TrainedRoleConfig):
             cliprange_value=self.cliprange_value,
         )
         if self.ulysses_sequence_parallel_size > 1:
-            problems += _ulysses_problems(at, self.strategy, self.model.use_remove_padding)
+            problems += _ulysses_problems(at, f"{at}.model", self.strategy, self.model.use_remove_padding)
         return problems

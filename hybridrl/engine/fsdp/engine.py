@@ -106,11 +106,13 @@ class FSDPEngine(TrainEngine):
             return None
         state = self.model.state_dict(keep_vars=True)
         aliases = tied_aliases(state)
-        for tensor in state.values():
+        for name, tensor in state.items():
             placements = getattr(tensor, "placements", None)
             if placements is not None and (len(placements) != 1 or not placements[0].is_shard(0)):
                 return None
-        rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+            if tensor.dim() == 0 and name not in aliases:
+                return None  # a scalar weight has no rows to split
+        first = not dist.is_initialized() or dist.get_rank() == 0
 
         def shards() -> Iterator[WeightShard]:
             for name, param in state.items():
@@ -119,15 +121,13 @@ class FSDPEngine(TrainEngine):
                 tensor = param.detach()
                 if dtype is not None and tensor.is_floating_point():
                     tensor = tensor.to(dtype)
-                if hasattr(tensor, "to_local"):
-                    rows = tensor.shape[0]
-                    chunk = -(-rows // world)
-                    yield WeightShard(name, tensor.to_local(), min(rank * chunk, rows), rows)
-                elif rank == 0:  # not sharded: every rank holds it, the first sends it
+                if hasattr(tensor, "to_local"):  # this rank's chunk of its shard mesh
+                    rows, mesh = tensor.shape[0], tensor.device_mesh
+                    chunk = -(-rows // mesh.size())
+                    yield WeightShard(name, tensor.to_local(), min(mesh.get_local_rank() * chunk, rows), rows)
+                elif first:  # not sharded: every rank holds it, the first sends it
                     yield WeightShard(name, tensor, 0, tensor.shape[0])
 
-        if any(t.dim() == 0 for n, t in state.items() if n not in aliases):
-            return None  # a scalar weight has no rows to split
         return shards()
 
     # -- Ulysses: a replica is ``sequence_parallel`` consecutive ranks, each computing part of every sequence ----
