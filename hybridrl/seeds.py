@@ -46,3 +46,8 @@ def held_out_seed(data_seed: int) -> int:
 def epoch_shuffle_seed(data_seed: int, epoch: int) -> int:
     """The order of the training prompts in one epoch."""
     return data_seed * 100_003 + epoch
+
+
+def turn_seed(batch_seed: int, row: int, turn: int) -> int:
+    """One model turn of one sample in a multi-turn rollout: its own stream whatever samples share the call."""
+    return request_seed(batch_seed * 613 + turn, row)

@@ -48,6 +48,9 @@ TEXT_FILES = {
     "enum.yaml": "actor_rollout_ref:\n  actor:\n    strategy: deepspeed\n",
     "address.yaml": "trainer:\n  ray:\n    address: headnode\n",
     "locked.yaml": "data: {}\n",
+    # tool configs (multi-turn rollouts)
+    "tools_mcp.yaml": "tools:\n  - class_name: x.Y\n    config: {type: mcp}\n    tool_schema: {type: function, function: {name: t}}\n",
+    "tools_missing_class.yaml": "tools:\n  - class_name: hybridrl_no_such.Tool\n    config: {}\n    tool_schema: {type: function, function: {name: t}}\n",
     # custom reward files
     "syntax.py": "def compute_score(:\n",
     "signature.py": "def compute_score(solution):\n    return 1.0\n",
@@ -815,6 +818,38 @@ REWARD_FILES = [
 # at the first step's scoring, not about the workers.
 RAY_SMALL = ["trainer.total_steps=1", "trainer.ray.address={ray}", "resource_pool.pools.global_pool.GPU=1"]
 FOUND_BEFORE_RAY = [  # once found only after the workers started (~20 s): now before Ray
+    pytest.param(
+        ["data.task=lookup"],
+        2,
+        r"agent_name.*multi_turn\.enable=false: set it to true and multi_turn\.tool_config_path",
+        id="tool-task-without-multi-turn",
+    ),
+    pytest.param(
+        ["data.task=lookup", "actor_rollout_ref.rollout.multi_turn.enable=true"],
+        2,
+        r"multi_turn\.tool_config_path is not set",
+        id="tool-task-without-tools",
+    ),
+    pytest.param(
+        [
+            "data.task=lookup",
+            "actor_rollout_ref.rollout.multi_turn.enable=true",
+            "actor_rollout_ref.rollout.multi_turn.tool_config_path={f}/tools_mcp.yaml",
+        ],
+        2,
+        r"tool_config_path: .*tools_mcp\.yaml.*MCP",
+        id="tool-config-mcp",
+    ),
+    pytest.param(
+        [
+            "data.task=lookup",
+            "actor_rollout_ref.rollout.multi_turn.enable=true",
+            "actor_rollout_ref.rollout.multi_turn.tool_config_path={f}/tools_missing_class.yaml",
+        ],
+        2,
+        r"tool_config_path: .*hybridrl_no_such",
+        id="tool-class-not-importable",
+    ),
     pytest.param(
         ["actor_rollout_ref.model.path={f}/no_weights"],
         2,

@@ -125,7 +125,7 @@ def test_config_imports_no_domain_package():
 LAYERS: list[set[str]] = [
     {"protocol", "seeds", "logging_utils", "config"},
     {"algorithms", "data", "models", "rewards", "observability"},
-    {"checkpoint"},
+    {"checkpoint", "tools"},
     {"engine"},
     {"generation"},
     {"workers"},

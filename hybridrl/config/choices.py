@@ -76,6 +76,26 @@ class RolloutName(Choice):
     sglang = "sglang"
 
 
+class ToolCallFormat(Choice):
+    hermes = "hermes"
+
+
+class TruncateSide(Choice):
+    left = "left"
+    right = "right"
+    middle = "middle"
+
+
+class RolloutMode(Choice):
+    sync = "sync"
+    vars()["async"] = "async"  # a keyword: RolloutMode["async"]
+
+
+class AgentLoopName(Choice):
+    single_turn_agent = "single_turn_agent"
+    tool_agent = "tool_agent"
+
+
 class RolloutCorrection(Choice):
     """verl's ``rollout_is``: importance weights for the rollout-vs-trainer gap, per token or per sequence."""
 

@@ -178,7 +178,31 @@ def _read_yaml(path: str) -> DictConfig:
         raise ConfigError(f"Config file {path} is not valid YAML{where}: {problem}.") from None
     except (OSError, OmegaConfBaseException) as exc:
         raise ConfigError(f"Could not read config file {path}: {str(exc).splitlines()[0]}") from None
-    return cast(DictConfig, loaded)
+    return _without_hydra_header(cast(DictConfig, loaded), path)
+
+
+#: A Hydra config's ``defaults`` entries that mean what hybridrl does anyway: start from verl's ppo_trainer
+#: defaults (hybridrl's schema), then this file.
+_HYDRA_DEFAULTS = ("ppo_trainer", "_self_")
+
+
+def _without_hydra_header(loaded: DictConfig, path: str) -> DictConfig:
+    """verl's example configs (``--config-path/--config-name``) start with Hydra's ``hydra.searchpath`` (where
+    to find ppo_trainer: not needed here) and ``defaults: [ppo_trainer, _self_]`` (hybridrl's own order)."""
+    if "hydra" in loaded:
+        del loaded["hydra"]
+        logger.info("Config file %s: its hydra: section is not needed in hybridrl (ignored)", path)
+    if "defaults" in loaded:
+        entries = OmegaConf.to_container(loaded["defaults"]) if OmegaConf.is_list(loaded["defaults"]) else None
+        other = [e for e in entries or [loaded["defaults"]] if e not in _HYDRA_DEFAULTS]
+        if other:
+            raise ConfigError(
+                f"Config file {path}: defaults entry {other[0]!r} is a Hydra config group hybridrl does not have; "
+                f"every file starts from hybridrl's defaults (verl's ppo_trainer): keep {list(_HYDRA_DEFAULTS)} only "
+                f"and write that group's keys into the file."
+            )
+        del loaded["defaults"]
+    return loaded
 
 
 def load_config(overrides: Iterable[str] = (), yaml_path: str | None = None) -> Config:

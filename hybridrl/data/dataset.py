@@ -52,6 +52,8 @@ class PromptDataset:
                 "ground_truth": [r.ground_truth for r in rows],
                 "prompt_text": [r.prompt for r in rows],
                 "extra_info": [r.extra_info for r in rows],
+                "agent_name": [r.agent_name for r in rows],
+                "tools_kwargs": [(r.extra_info or {}).get("tools_kwargs") or {} for r in rows],
                 "index": list(indices),
             },
         )
@@ -92,8 +94,11 @@ class EpochSampler:
         self._order = self._make_order()
 
 
-def build_datasets(data: DataConfig, tokenizer: Any) -> tuple[PromptDataset, PromptDataset | None]:
-    """Training and validation prompts: verl-format parquet files, or the built-in task.
+def build_datasets(
+    data: DataConfig, tokenizer: Any, tools: list[dict[str, Any]] | None = None
+) -> tuple[PromptDataset, PromptDataset | None]:
+    """Training and validation prompts: verl-format parquet files (templated with ``tools``' schemas for
+    multi-turn rollouts), or the built-in task.
 
     The built-in task's validation prompts are generated from a different seed (held out).
     """
@@ -115,6 +120,7 @@ def build_datasets(data: DataConfig, tokenizer: Any) -> tuple[PromptDataset, Pro
             max_prompt_length=data.max_prompt_length,
             filter_overlong_prompts=data.filter_overlong_prompts,
             truncation=str(data.truncation),
+            tools=tools,
         )
         logger.info(
             "%s data: %d rows, %d overlong filtered, %d truncated",

@@ -9,7 +9,9 @@ data_source     str: picks the reward function (hybridrl.rewards registry) yes
 prompt          list of {"role": str, "content": str} chat messages        yes
 ability         str                                                        no
 reward_model    struct {"ground_truth": ..., "style": str (optional)}      yes
-extra_info      struct / dict, passed to the reward function               no
+extra_info      struct / dict, passed to the reward function (multi-turn:  no
+                ``tools_kwargs`` = {tool: {"create_kwargs": {...}}})
+agent_name      str: the row's agent loop, single_turn_agent | tool_agent  no
 =============== ========================================================== ==========
 
 The prompt column can be renamed with ``prompt_key``. The messages are turned into text with the
@@ -26,6 +28,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
+from hybridrl.config.choices import AgentLoopName
 from hybridrl.data.tasks import Example
 
 logger = logging.getLogger(__name__)
@@ -95,12 +98,16 @@ def _example_fields(path: str, i: int, row: dict[str, Any], prompt_key: str) -> 
     extra_info = _as_dict(row.get("extra_info"))
     if extra_info is not None and not isinstance(extra_info, dict):
         raise _fail(path, i, "extra_info", f"must be a struct/dict or null, got {extra_info!r}")
+    agent_name = row.get("agent_name")
+    if agent_name is not None and agent_name not in AgentLoopName.values():
+        raise _fail(path, i, "agent_name", f"is {agent_name!r}; the agent loops are {list(AgentLoopName.values())}")
     return dict(
         messages=[_as_dict(m) for m in messages],
         data_source=source,
         ability=ability,
         ground_truth=reward_model["ground_truth"],
         extra_info=extra_info,
+        agent_name=agent_name,
     )
 
 
@@ -133,8 +140,10 @@ def load_parquet_examples(
     max_prompt_length: int,
     filter_overlong_prompts: bool = True,
     truncation: str = "error",
+    tools: list[dict[str, Any]] | None = None,
 ) -> tuple[list[Example], dict[str, int]]:
-    """Read verl-format parquet files (concatenated in order) into chat-templated Examples.
+    """Read verl-format parquet files (concatenated in order) into chat-templated Examples; ``tools`` (OpenAI
+    function schemas) are shown to the model by the chat template, as verl's tool agent loop does.
 
     Prompts longer than ``max_prompt_length`` tokens are dropped when ``filter_overlong_prompts``,
     else handled by ``truncation``: "error" raises, "left"/"right" keep that many tokens from the end /
@@ -161,7 +170,11 @@ def load_parquet_examples(
         texts = []
         for i, f in enumerate(fields):
             try:
-                texts.append(tokenizer.apply_chat_template(f["messages"], add_generation_prompt=True, tokenize=False))
+                texts.append(
+                    tokenizer.apply_chat_template(
+                        f["messages"], tools=tools or None, add_generation_prompt=True, tokenize=False
+                    )
+                )
             except Exception as exc:
                 raise _fail(
                     path, i, prompt_key, f"the chat template failed on these messages: {type(exc).__name__}: {exc}"
@@ -200,6 +213,7 @@ def load_parquet_examples(
                     data_source=f["data_source"],
                     extra_info=f["extra_info"],
                     ability=f["ability"],
+                    agent_name=f["agent_name"],
                 )
             )
     logger.info(

@@ -8,10 +8,9 @@ training and held-out sets are the same on every run and every machine.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
 from dataclasses import dataclass
 
-TASKS: dict[str, Callable[..., Task]] = {}
+TASKS: dict[str, type[Task]] = {}
 
 
 def register_task(name: str):
@@ -38,10 +37,13 @@ class Example:
     data_source: str
     extra_info: dict | None = None
     ability: str | None = None
+    agent_name: str | None = None  # the row's agent loop (multi-turn rollouts); None = the configured default
 
 
 class Task:
     name: str = ""
+    #: Words the built-in tokenizer adds for this task (hybridrl/models/tiny.py); none for plain text tasks.
+    tokens: tuple[str, ...] = ()
 
     def example(self, rng: random.Random) -> Example:
         raise NotImplementedError
@@ -87,3 +89,41 @@ class ReverseTask(CopyTask):
     def example(self, rng: random.Random) -> Example:
         ex = super().example(rng)
         return Example(prompt=ex.prompt, ground_truth=ex.ground_truth[::-1], data_source=self.name)
+
+
+#: The lookup task's one call, written in the hermes format (``<tool_call>{json}</tool_call>``).
+LOOKUP_CALL = '<tool_call>{"name": "lookup", "arguments": {}}</tool_call>'
+
+
+@register_task("lookup")
+class LookupTask(Task):
+    """Prompt ``"?="``; the answer is a secret of ``num_digits`` digits that only the ``lookup`` tool knows
+    (each row's ``extra_info.tools_kwargs.lookup.create_kwargs.value``, as verl's tool datasets carry it), so a
+    model scores above chance only by calling the tool and copying its answer. Scored like copy on the text
+    after the last tool answer.
+
+    The built-in tokenizer spells the whole call as one word, as a tokenizer trained on tool-calling text
+    merges its frequent spellings: a model starting from random weights writes it by chance often enough
+    for RL to find it. The call is still parsed from the decoded text as any hermes call is.
+    """
+
+    name = "lookup"
+    tokens = (LOOKUP_CALL, "<tool_response>", "</tool_response>", "?")
+
+    def __init__(self, num_digits: int = 3) -> None:
+        if num_digits < 1:
+            raise ValueError(f"num_digits={num_digits} must be at least 1")
+        self.num_digits = num_digits
+
+    def example(self, rng: random.Random) -> Example:
+        secret = "".join(rng.choice("0123456789") for _ in range(self.num_digits))
+        return Example(
+            prompt="?=",
+            ground_truth=secret,
+            data_source=self.name,
+            extra_info={"tools_kwargs": {"lookup": {"create_kwargs": {"value": secret}}}},
+            agent_name="tool_agent",
+        )
+
+    def prompt_length(self) -> int:
+        return 2

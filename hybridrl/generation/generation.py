@@ -8,16 +8,32 @@ import logging
 
 import torch
 
+from hybridrl.config.choices import RolloutMode
 from hybridrl.config.schema import ModelConfig, RolloutConfig
 from hybridrl.engine.context import DataLayout, WorkerContext
+from hybridrl.generation.agent_loop import AgentLoop
 from hybridrl.generation.engines.base import EngineSite, GenerationRequest
 from hybridrl.generation.engines.factory import build_rollout_engine
 from hybridrl.generation.weight_channel import ChannelPlan, WeightChannel
 from hybridrl.models.loader import empty_causal_lm, load_tokenizer
 from hybridrl.protocol import Batch
 from hybridrl.seeds import rank_sampling_seed
+from hybridrl.tools.config import load_tool_config
 
 logger = logging.getLogger(__name__)
+
+#: The columns a generation takes: the prompts, and for multi-turn rollouts each row's agent loop and tools.
+GEN_KEYS = ["input_ids", "attention_mask", "position_ids"]
+AGENT_KEYS = ["agent_name", "tools_kwargs"]
+
+
+def generation_inputs(batch: Batch, multi_turn: bool) -> Batch:
+    """What the generating workers get of ``batch`` (the prompt columns leave it; the agent columns are
+    copied, since the reward reads them too)."""
+    gen_in = batch.pop(tensor_keys=GEN_KEYS)
+    if multi_turn:
+        gen_in.non_tensors.update(batch.select(tensor_keys=[], non_tensor_keys=AGENT_KEYS, meta_keys=[]).non_tensors)
+    return gen_in
 
 
 class Generation:
@@ -53,6 +69,21 @@ class Generation:
             seed=seed,
         )
         self.engine = build_rollout_engine(rollout, site)
+        multi_turn = rollout.multi_turn
+        self.agent_loop = (
+            AgentLoop(
+                multi_turn,
+                load_tool_config(multi_turn.tool_config_path) if multi_turn.tool_config_path else [],
+                self.engine,
+                self.tokenizer,
+                max_response_length=max_response_length,
+                pad_token_id=self.tokenizer.pad_token_id,
+                default_agent=rollout.agent.default_agent_loop,
+                turn_by_turn=rollout.mode == RolloutMode.sync,
+            )
+            if multi_turn.enable
+            else None
+        )
 
     def layout(self) -> DataLayout:
         """Generation replicas span ``rollout.tensor_model_parallel_size`` consecutive ranks (1 for hf: every
@@ -68,16 +99,28 @@ class Generation:
         # ReMax's greedy pass.
         sampling = batch.meta.get("sampling") or self.cfg.sampling()
         with self.ctx.recorder.span("generate_worker"):
-            request = GenerationRequest(
-                batch.tensors["input_ids"].to(self.ctx.device),
-                batch.tensors["attention_mask"].to(self.ctx.device),
-                max_new_tokens=self.max_response_length,
-                sampling=sampling,
-                seed=seed,
-            )
-            out = self.engine.generate(request)
+            input_ids = batch.tensors["input_ids"].to(self.ctx.device)
+            attention_mask = batch.tensors["attention_mask"].to(self.ctx.device)
+            columns: dict = {}
+            if self.agent_loop is not None and "agent_name" in batch.non_tensors:
+                out, stats = self.agent_loop.run(
+                    input_ids,
+                    attention_mask,
+                    list(batch.non_tensors["agent_name"]),
+                    list(batch.non_tensors["tools_kwargs"]),
+                    sampling,
+                    seed,
+                )
+                columns = stats.columns()
+            else:
+                request = GenerationRequest(
+                    input_ids, attention_mask, max_new_tokens=self.max_response_length, sampling=sampling, seed=seed
+                )
+                out = self.engine.generate(request)
         texts = self.tokenizer.batch_decode(out["responses"], skip_special_tokens=True)
-        return Batch.from_dict(tensors={k: v.cpu() for k, v in out.items()}, non_tensors={"response_text": texts})
+        return Batch.from_dict(
+            tensors={k: v.cpu() for k, v in out.items()}, non_tensors={"response_text": texts, **columns}
+        )
 
 
 def open_channel(ctx: WorkerContext, plan: ChannelPlan, rank: int) -> WeightChannel:

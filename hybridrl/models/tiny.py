@@ -11,7 +11,7 @@ import logging
 from pathlib import Path
 
 import torch
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, Qwen2Config
 
 logger = logging.getLogger(__name__)
@@ -21,19 +21,36 @@ CHARACTERS = list("0123456789=+- ")
 _MARKER = "hybridrl_tiny.json"
 
 
-def build_tokenizer():
-    """A character-level tokenizer built with the ``tokenizers`` library."""
-    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + CHARACTERS)}
+# A chat template for multi-turn rollouts (hybridrl/generation/agent_loop.py): messages back to back, each
+# assistant turn closed by <eos>, a tool's answer between <tool_response> tokens (a task that uses tools adds
+# them to the vocabulary), and no assistant header.
+CHAT_TEMPLATE = (
+    "{%- for message in messages -%}"
+    "{%- if message['role'] == 'tool' -%}<tool_response>{{ message['content'] }}</tool_response>"
+    "{%- elif message['role'] == 'assistant' -%}{{ message['content'] }}<eos>"
+    "{%- else -%}{{ message['content'] }}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+)
+
+
+def build_tokenizer(extra_tokens: tuple[str, ...] = ()):
+    """A character-level tokenizer built with the ``tokenizers`` library; ``extra_tokens`` are whole words
+    after the characters (a built-in task's tool-call markers), never split."""
+    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + CHARACTERS + list(extra_tokens))}
     core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     core.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
     core.decoder = decoders.Fuse()
-    return PreTrainedTokenizerFast(
+    core.add_tokens([AddedToken(tok, normalized=False) for tok in extra_tokens])
+    tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=core,
         pad_token="<pad>",
         eos_token="<eos>",
         unk_token="<unk>",
         padding_side="left",
     )
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
 
 
 def build_model_config(
@@ -68,8 +85,10 @@ def ensure_tiny_model(
     num_key_value_heads: int,
     intermediate_size: int,
     seed: int,
+    extra_tokens: tuple[str, ...] = (),
 ) -> str:
-    """Write the tiny model + tokenizer to ``directory`` unless the same spec is already there."""
+    """Write the tiny model + tokenizer to ``directory`` unless the same spec is already there;
+    ``extra_tokens``: words the task's vocabulary adds (``build_tokenizer``)."""
     directory = Path(directory)
     spec = dict(
         hidden_size=hidden_size,
@@ -79,12 +98,14 @@ def ensure_tiny_model(
         intermediate_size=intermediate_size,
         seed=seed,
         characters="".join(CHARACTERS),
+        extra_tokens=list(extra_tokens),
+        chat_template=CHAT_TEMPLATE,
     )
     marker = directory / _MARKER
     if marker.exists() and json.loads(marker.read_text()) == spec:
         return str(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    tokenizer = build_tokenizer()
+    tokenizer = build_tokenizer(extra_tokens)
     config = build_model_config(
         tokenizer, hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads, intermediate_size
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from hybridrl.protocol import Batch
@@ -39,8 +40,9 @@ def _stats(prefix: str, values: torch.Tensor) -> dict[str, float]:
 def data_metrics(batch: Batch, max_response_length: int) -> dict[str, float]:
     t = batch.tensors
     mask = t["response_mask"].bool()
-    resp_len = mask.sum(-1).float()
-    prompt_len = t["attention_mask"][:, : t["prompts"].shape[1]].sum(-1).float()
+    prompt_width = t["prompts"].shape[1]
+    resp_len = t["attention_mask"][:, prompt_width:].sum(-1).float()  # multi-turn: the tools' tokens too, as verl
+    prompt_len = t["attention_mask"][:, :prompt_width].sum(-1).float()
     metrics = {
         **_stats("critic/score", t["token_level_scores"].sum(-1)),
         **_stats("critic/rewards", t["token_level_rewards"].sum(-1)),
@@ -52,7 +54,29 @@ def data_metrics(batch: Batch, max_response_length: int) -> dict[str, float]:
     }
     if "values" in t.keys():
         metrics.update(_stats("critic/values", t["values"][mask]))
-    return metrics
+    return metrics | agent_metrics(batch)
+
+
+def agent_metrics(batch: Batch) -> dict[str, float]:
+    """Multi-turn rollouts (the agent loop's per-sample columns): verl's ``num_turns/*``, tool calls per
+    sample, failed and timed-out calls, the model's tokens per turn and the tools' step rewards."""
+    nt = batch.non_tensors
+    if "num_turns" not in nt:
+        return {}
+
+    def column(key: str) -> torch.Tensor:
+        return torch.as_tensor(np.asarray(nt[key], dtype=np.float64))
+
+    calls = column("tool_calls")
+    return {
+        **_stats("num_turns", column("num_turns")),
+        **_stats("tool_calls", calls),
+        "tool_calls/samples_with_call": float((calls > 0).double().mean()),
+        "tool_calls/errors": float(column("tool_errors").sum()),
+        "tool_calls/timeouts": float(column("tool_timeouts").sum()),
+        "tool_calls/step_reward_mean": float(column("tool_rewards").mean()),
+        "response_length/tokens_per_turn_mean": float(column("tokens_per_turn").mean()),
+    }
 
 
 def throughput_metrics(batch: Batch, step_time: float, num_workers: int) -> dict[str, float]:

@@ -45,7 +45,8 @@ class Sample:
     extra_info: Any = None
 
 
-def _describe_exit(returncode: int | None) -> str:
+def describe_exit(returncode: int | None) -> str:
+    """How a child process ended, in words for an error message ("exit code 3", "killed by SIGSEGV")."""
     if returncode is None:
         return "no exit status"
     if returncode < 0:
@@ -60,8 +61,9 @@ def _sample_text(index: int, sample: Sample) -> str:
     return f"sample {index} (data_source={sample.data_source!r}, response={sample.response[:200]!r})"
 
 
-class _Child:
-    """One scoring process and the sample it is running."""
+class ChildProcess:
+    """One ``python -m hybridrl.rewards.processes`` process and the task it is running (also used by
+    hybridrl.tools.processes, which sends it generic ``"call"`` messages)."""
 
     def __init__(self) -> None:
         to_child_r, to_child_w = os.pipe()
@@ -97,7 +99,7 @@ class RewardProcesses:
             raise ValueError(f"num_workers={num_workers}: scoring in processes needs at least one.")
         self.num_workers = num_workers
         self.timeout_s = timeout_s
-        self._children: list[_Child] = []
+        self._children: list[ChildProcess] = []
         self._fns: dict[int, bytes] = {}  # id(fn) -> the pickled function, sent once per child
         self._fn_keys: dict[int, int] = {}
 
@@ -116,7 +118,7 @@ class RewardProcesses:
             self._fn_keys[id(fn)] = key
         return self._fn_keys[id(fn)]
 
-    def _function_on(self, child: _Child, fn: Callable[..., Any]) -> int:
+    def _function_on(self, child: ChildProcess, fn: Callable[..., Any]) -> int:
         """``fn``'s key, after sending ``child`` the function if it has not had it yet."""
         key = self._key(fn)
         if key not in child.known:
@@ -129,9 +131,9 @@ class RewardProcesses:
             if child.proc.poll() is not None:
                 self._replace(child)
         while len(self._children) < min(self.num_workers, count):
-            self._children.append(_Child())
+            self._children.append(ChildProcess())
 
-    def _send(self, child: _Child, index: int, sample: Sample) -> None:
+    def _send(self, child: ChildProcess, index: int, sample: Sample) -> None:
         key = self._function_on(child, sample.fn)
         child.outbox.send(
             ("score", index, key, (sample.data_source, sample.response, sample.ground_truth, sample.extra_info))
@@ -164,7 +166,7 @@ class RewardProcesses:
                     replacement = self._replace(child)
                     results[index] = RewardError(
                         f"The reward process scoring {_sample_text(index, samples[index])} with "
-                        f"{function_name(samples[index].fn)} died ({_describe_exit(child.proc.returncode)}): a crash in "
+                        f"{function_name(samples[index].fn)} died ({describe_exit(child.proc.returncode)}): a crash in "
                         f"the reward function or a library it calls; fix it (reward.on_error=fail scores such "
                         f"samples as failed)."
                     )
@@ -196,7 +198,7 @@ class RewardProcesses:
         except (EOFError, OSError):
             self._replace(child)
             return RewardError(
-                f"The reward process running the {what} died ({_describe_exit(child.proc.returncode)}): a crash "
+                f"The reward process running the {what} died ({describe_exit(child.proc.returncode)}): a crash "
                 f"in the reward function or a library it calls; fix it."
             )
         child.running = None
@@ -222,10 +224,10 @@ class RewardProcesses:
                     f"out first; raise reward.timeout_s or reward.num_workers."
                 )
 
-    def _replace(self, child: _Child) -> _Child:
+    def _replace(self, child: ChildProcess) -> ChildProcess:
         """Stop ``child`` (dead, or running past the deadline) and put a fresh process in its place."""
         child.stop()
-        self._children[self._children.index(child)] = fresh = _Child()
+        self._children[self._children.index(child)] = fresh = ChildProcess()
         return fresh
 
     def close(self) -> None:
@@ -234,12 +236,25 @@ class RewardProcesses:
         self._children = []
 
 
+def _call(
+    blobs: dict[int, bytes], fns: dict[int, Callable[..., Any]], index: int, key: int, args: tuple
+) -> tuple[int, Any, str | None]:
+    """A generic ``("call", index, key, args)`` message: ``fns[key](*args)``, or the exception in words. Only
+    ``Exception`` is caught: a ``sys.exit`` in the function ends the process, as a crash would."""
+    try:
+        if key not in fns:
+            fns[key] = pickle.loads(blobs[key])
+        return index, fns[key](*args), None
+    except Exception as exc:
+        return index, None, f"{type(exc).__name__}: {exc}"
+
+
 def _serve(inbox: Connection, outbox: Connection) -> None:
     """The child's loop: load functions as they come, score one sample (or, for verl's batch manager, one
-    batch) per message, until the pipe closes."""
+    batch, or run one generic call) per message, until the pipe closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle; it stops us
     blobs: dict[int, bytes] = {}
-    fns: dict[int, RewardFn] = {}
+    fns: dict[int, Callable[..., Any]] = {}
     while True:
         try:
             message = inbox.recv()
@@ -248,7 +263,16 @@ def _serve(inbox: Connection, outbox: Connection) -> None:
         if message[0] == "fn":
             blobs[message[1]] = message[2]
             continue
-        kind, index, key, args = message if message[0] == "score" else (message[0], -1, message[1], message[2])
+        kind, index, key, args = (
+            message if message[0] in ("score", "call") else (message[0], -1, message[1], message[2])
+        )
+        if kind == "call":
+            reply = _call(blobs, fns, index, key, args)
+            try:
+                outbox.send(reply)
+            except Exception as exc:  # a result that does not pickle (send pickles before it writes)
+                outbox.send((index, None, f"its result cannot be sent back: {type(exc).__name__}: {exc}"))
+            continue
         try:
             if key not in fns:
                 try:

@@ -136,3 +136,24 @@ def copy_reward(data_source: str, solution_str: str, ground_truth: str, extra_in
 
 
 register_reward("reverse")(copy_reward)
+
+
+#: Where a tool's answer ends in a multi-turn response (the tiny tokenizer's and Qwen's hermes format).
+TOOL_RESPONSE_END = "</tool_response>"
+
+#: The lookup task's bonus for a response in which the tool answered: a format reward, as agentic RL recipes
+#: give for a well-formed call, so that calling is found before copying its answer pays.
+TOOL_USE_BONUS = 0.1
+
+
+@register_reward("lookup")
+def lookup_reward(data_source: str, solution_str: str, ground_truth: str, extra_info: Any = None) -> float:
+    """The copy reward of what the model wrote after the tool's first answer (the whole response where no
+    tool answered), plus ``TOOL_USE_BONUS`` where one did: at most 1. Whether a tool answered comes from the
+    rollout (``extra_info["num_turns"]``: 3 or more once a tool turn joined the conversation), never from
+    the text, which the model can write ``</tool_response>`` into itself."""
+    answered = int((extra_info or {}).get("num_turns", 0)) >= 3
+    answer = (
+        solution_str.split(TOOL_RESPONSE_END, 1)[1] if answered and TOOL_RESPONSE_END in solution_str else solution_str
+    )
+    return TOOL_USE_BONUS * answered + (1 - TOOL_USE_BONUS) * _positional_match(answer, ground_truth)

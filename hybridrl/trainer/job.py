@@ -23,11 +23,12 @@ from hybridrl.cluster.liveness import start_board
 from hybridrl.cluster.pools import ResourcePoolManager
 from hybridrl.cluster.role_clients import RoleClients, make_clients
 from hybridrl.cluster.worker_group import WorkerGroup
-from hybridrl.config.choices import Strategy
+from hybridrl.config.choices import AgentLoopName, Strategy
 from hybridrl.config.errors import ConfigError
 from hybridrl.config.loader import to_yaml
 from hybridrl.config.schema import Config, TrainedRoleConfig
 from hybridrl.data.dataset import PromptDataset, build_datasets
+from hybridrl.data.tasks import TASKS
 from hybridrl.logging_utils import quiet_libraries
 from hybridrl.models.loader import load_tokenizer
 from hybridrl.models.tiny import ensure_tiny_model
@@ -39,6 +40,7 @@ from hybridrl.observability.tracking.tracker import read_rows
 from hybridrl.planning.memory import run_plan
 from hybridrl.rewards.registry import REWARD_FNS
 from hybridrl.rewards.scorer import RewardScorer
+from hybridrl.tools.config import ToolSpec, load_tool_config
 from hybridrl.trainer.checkpointing import Checkpointing
 from hybridrl.trainer.ppo_trainer import PPOTrainer
 from hybridrl.trainer.rewarding import RewardStep
@@ -52,7 +54,9 @@ def prepare_model(cfg: Config, output_dir: Path) -> tuple[str, str]:
     """The model and tokenizer directories the workers load (the tiny model is built here)."""
     model_cfg = cfg.actor_rollout_ref.model
     if model_cfg.path is None:
-        path = ensure_tiny_model(output_dir / "tiny_model", **asdict(model_cfg.tiny))
+        # A built-in task that uses tools adds its words to the tiny model's vocabulary.
+        tokens = TASKS[cfg.data.task].tokens if cfg.data.train_files is None and cfg.data.task in TASKS else ()
+        path = ensure_tiny_model(output_dir / "tiny_model", **asdict(model_cfg.tiny), extra_tokens=tokens)
     else:
         path = str(Path(model_cfg.path).expanduser().resolve())
     tokenizer_path = str(Path(model_cfg.tokenizer_path).expanduser().resolve()) if model_cfg.tokenizer_path else path
@@ -76,6 +80,18 @@ def describe_strategy(cfg: Config, role: str, workers: int) -> str:
     return f"fsdp {section.fsdp.sharding_strategy}"  # the reward model is always FSDP
 
 
+def load_tools(cfg: Config) -> list[ToolSpec]:
+    """The multi-turn rollouts' tools, read (and their classes imported) in the driver so that a bad tool file
+    is one line before Ray starts; the generating workers read the same file."""
+    multi_turn = cfg.actor_rollout_ref.rollout.multi_turn
+    if not (multi_turn.enable and multi_turn.tool_config_path):
+        return []
+    try:
+        return load_tool_config(multi_turn.tool_config_path)
+    except ValueError as exc:
+        raise ConfigError(f"actor_rollout_ref.rollout.multi_turn.tool_config_path: {exc}") from None
+
+
 def check_datasets(cfg: Config, dataset: PromptDataset, val_dataset: PromptDataset | None) -> None:
     """What only the loaded data can tell, answered before Ray starts (workers take ~20 s to come up)."""
     per_round = cfg.data.gen_batch_size if cfg.algorithm.filter_groups.enable and cfg.data.gen_batch_size else 0
@@ -88,6 +104,18 @@ def check_datasets(cfg: Config, dataset: PromptDataset, val_dataset: PromptDatas
         raise ConfigError(
             f"data.train_batch_size={cfg.data.train_batch_size} is larger than the {len(dataset)} training prompts; "
             f"lower it or give more data."
+        )
+    multi_turn = cfg.actor_rollout_ref.rollout.multi_turn
+    agents = {e.agent_name or str(cfg.actor_rollout_ref.rollout.agent.default_agent_loop) for e in dataset.examples}
+    if AgentLoopName.tool_agent in agents and not multi_turn.enable:
+        raise ConfigError(
+            "The prompts ask for the tool_agent loop (their agent_name, or rollout.agent.default_agent_loop) but "
+            "actor_rollout_ref.rollout.multi_turn.enable=false: set it to true and multi_turn.tool_config_path."
+        )
+    if multi_turn.enable and AgentLoopName.tool_agent in agents and not multi_turn.tool_config_path:
+        raise ConfigError(
+            "actor_rollout_ref.rollout.multi_turn.tool_config_path is not set, so the tool_agent rows have no tools: "
+            "give a verl-format tool YAML (e.g. examples/tools/lookup_tool_config.yaml for data.task=lookup)."
         )
     if cfg.custom_reward_function.path or (cfg.reward_model.enable and not cfg.reward_model.use_rule_reward):
         return
@@ -273,7 +301,7 @@ class RunParts:
 def _run(cfg: Config, output_dir: Path, started: float) -> dict[str, Any]:
     model_path, tokenizer_path = prepare_model(cfg, output_dir)
     tokenizer = load_tokenizer(tokenizer_path, cfg.actor_rollout_ref.model.trust_remote_code)
-    dataset, val_dataset = build_datasets(cfg.data, tokenizer)
+    dataset, val_dataset = build_datasets(cfg.data, tokenizer, [spec.schema for spec in load_tools(cfg)])
     check_datasets(cfg, dataset, val_dataset)
     cfg = steps_from_epochs(cfg, len(dataset))
     (output_dir / "config.yaml").write_text(to_yaml(cfg))

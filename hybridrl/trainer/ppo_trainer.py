@@ -34,6 +34,7 @@ from hybridrl.cluster.role_clients import (
 from hybridrl.config.schema import Config
 from hybridrl.data.dataset import EpochSampler, PromptDataset
 from hybridrl.data.partition import balanced_group_partition, balanced_partition, token_imbalance
+from hybridrl.generation.generation import GEN_KEYS, generation_inputs
 from hybridrl.observability.metrics import data_metrics, throughput_metrics
 from hybridrl.observability.monitor import RunMonitor
 from hybridrl.observability.perf_metrics import StepPerf
@@ -50,7 +51,6 @@ from hybridrl.trainer.validation import run_validation
 
 logger = logging.getLogger(__name__)
 
-GEN_KEYS = ["input_ids", "attention_mask", "position_ids"]
 FORWARD_KEYS = ["input_ids", "attention_mask", "position_ids", "responses", "response_mask"]
 REWARD_EXTRA = "reward_extra/"  # non-tensor columns of the values a reward function returned in its dict
 
@@ -75,10 +75,12 @@ def filter_values(batch: Batch, metric: str | None) -> torch.Tensor:
 
 
 def _place_at_last_token(scores: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
-    """Outcome rewards live on each response's last real token; every other token gets 0."""
+    """Outcome rewards live on each response's last model token (a multi-turn response's mask has gaps where
+    tools answered); every other token gets 0."""
     # scores: (B,), response_mask: (B, R)
     token_scores = torch.zeros_like(response_mask, dtype=torch.float32)
-    last = (response_mask.sum(-1) - 1).clamp(min=0).long()
+    positions = torch.arange(1, response_mask.shape[1] + 1, device=response_mask.device)
+    last = ((response_mask > 0) * positions).argmax(-1)  # 0 where a row has no model token
     token_scores[torch.arange(len(scores)), last] = scores
     return token_scores
 
@@ -156,7 +158,7 @@ class PPOTrainer:
         # Group ids unique per step and round: rows sampled from one prompt share it (GRPO groups).
         prompts.non_tensors["uid"] = np.array([f"{step}.{round_}.{i}" for i in range(len(prompts))], dtype=object)
         batch = prompts.repeat(n, interleave=True)
-        gen_in = batch.pop(tensor_keys=GEN_KEYS)
+        gen_in = generation_inputs(batch, self.cfg.actor_rollout_ref.rollout.multi_turn.enable)
         gen_in.meta = {"seed": rollout_seed(self.cfg.trainer.seed, step, round_)}
         return prompts, batch, gen_in
 
@@ -209,7 +211,9 @@ class PPOTrainer:
                     batch.non_tensors[REWARD_EXTRA + key] = values.numpy()
         if self.estimator.needs_greedy_baseline:
             with self.monitor.phase("gen_max", timings):  # ReMax: the greedy response's reward is the baseline
-                greedy_in = prompts.select(tensor_keys=GEN_KEYS, non_tensor_keys=[], meta_keys=[])
+                greedy_in = generation_inputs(
+                    prompts.select(tensor_keys=GEN_KEYS, meta_keys=[]), cfg.actor_rollout_ref.rollout.multi_turn.enable
+                )
                 greedy_sampling = dataclasses.replace(self.cfg.actor_rollout_ref.rollout.sampling(), do_sample=False)
                 greedy_in.meta = {"seed": seed, "sampling": greedy_sampling}
                 greedy = actor.generate(greedy_in)

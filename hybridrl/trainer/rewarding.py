@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -27,6 +28,21 @@ class Rewards:
 
     scores: torch.Tensor  # (B,)
     extras: dict[str, torch.Tensor] = field(default_factory=dict)  # (B,) each, NaN where a sample had none
+
+
+def extra_infos(nt: dict[str, Any]) -> Any:
+    """Each row's ``extra_info`` as the reward function gets it: with multi-turn rollouts verl adds the
+    sample's ``num_turns`` (and hybridrl its ``tool_calls``), so a reward can tell a tool's answer from text
+    the model wrote itself."""
+    if "num_turns" not in nt:
+        return nt.get("extra_info")
+    rows = nt.get("extra_info")
+    return [
+        {**(extra or {}), "num_turns": int(turns), "tool_calls": int(calls)}
+        for extra, turns, calls in zip(
+            rows if rows is not None else [None] * len(nt["num_turns"]), nt["num_turns"], nt["tool_calls"], strict=True
+        )
+    ]
 
 
 class RewardStep:
@@ -58,9 +74,7 @@ class RewardStep:
         nt = batch.non_tensors
         out = Rewards(torch.zeros(len(batch), dtype=torch.float32))
         if self.use_rule:
-            scored = self.scorer.score(
-                nt[self.reward_fn_key], nt["response_text"], nt["ground_truth"], nt.get("extra_info")
-            )
+            scored = self.scorer.score(nt[self.reward_fn_key], nt["response_text"], nt["ground_truth"], extra_infos(nt))
             out.scores += torch.tensor(scored.scores, dtype=torch.float32)
             if self.overlong is not None:
                 penalty = overlong_penalty(

@@ -17,11 +17,10 @@ import torch
 from hybridrl.cluster.role_clients import ActorRolloutClient, RolloutClient
 from hybridrl.config.schema import Config
 from hybridrl.data.dataset import PromptDataset
+from hybridrl.generation.generation import generation_inputs
 from hybridrl.protocol import Batch
 from hybridrl.seeds import validation_seed
 from hybridrl.trainer.rewarding import RewardStep
-
-GEN_KEYS = ["input_ids", "attention_mask", "position_ids"]
 
 
 def run_validation(
@@ -41,7 +40,7 @@ def run_validation(
     for start in range(0, len(dataset), chunk):
         prompts = dataset.collate(list(range(start, min(start + chunk, len(dataset)))))
         batch = prompts.repeat(n, interleave=True)
-        gen_in = batch.pop(tensor_keys=GEN_KEYS)
+        gen_in = generation_inputs(batch, cfg.actor_rollout_ref.rollout.multi_turn.enable)
         # A fixed seed per validation chunk: the same prompts get the same samples at every step's validation.
         gen_in.meta = {"seed": validation_seed(cfg.trainer.seed, start), "sampling": sampling}
         batch.union(actor.generate(gen_in))

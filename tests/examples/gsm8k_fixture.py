@@ -38,7 +38,9 @@ def tiny_llama(directory: Path, hidden_size: int = 32, num_attention_heads: int 
     return directory
 
 
-def fixture_parquet(directory: Path) -> tuple[Path, Path]:
+def fixture_parquet(directory: Path, script: str = "gsm8k") -> tuple[Path, Path]:
+    """8 training and 4 test rows written by ``examples/data_preprocess/<script>.py`` (gsm8k, or
+    gsm8k_tool_agent for multi-turn rollouts with verl's gsm8k tool)."""
     rows = [
         {"question": f"What is {a} plus {b}?", "answer": f"{a} + {b} = {a + b}\n#### {a + b}"}
         for a, b in [(1, 2), (3, 4), (5, 1), (2, 2), (7, 1), (0, 9), (4, 4), (6, 3)]
@@ -49,14 +51,14 @@ def fixture_parquet(directory: Path) -> tuple[Path, Path]:
         subprocess.run(
             [
                 sys.executable,
-                str(ROOT / "examples/data_preprocess/gsm8k.py"),
+                str(ROOT / f"examples/data_preprocess/{script}.py"),
                 "--input",
                 str(src),
                 "--split-name",
                 split,
                 "--output-dir",
-                str(directory / "gsm8k"),
+                str(directory / script),
             ],
             check=True,
         )
-    return directory / "gsm8k" / "train.parquet", directory / "gsm8k" / "test.parquet"
+    return directory / script / "train.parquet", directory / script / "test.parquet"

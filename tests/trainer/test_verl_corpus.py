@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +73,20 @@ def _values(home: Path, out: Path, assets: dict[str, Path] | None = None, ray_ad
 # -- fast: the harness and the table, no Ray ---------------------------------------------------------------
 
 
+VERL_FILES = Path(__file__).resolve().parents[1] / "verl_corpus" / "verl_files"
+
+
+def _checkout(entry: dict[str, Any], home: Path) -> list[Path]:
+    """The verl files ``entry``'s script reads from the checkout it runs in (its working directory), put there."""
+    placed = []
+    for name in entry.get("verl_files", []):
+        target = home / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(VERL_FILES / name, target)
+        placed.append(target)
+    return placed
+
+
 def test_corpus_lists_every_stored_script_once():
     listed = [entry["script"] for entry in CORPUS]
     assert sorted(listed) == sorted(p.name for p in SCRIPTS.glob("*.sh"))
@@ -85,11 +100,13 @@ def test_corpus_lists_every_stored_script_once():
 @pytest.mark.parametrize("entry", CORPUS, ids=[e["script"].removesuffix(".sh") for e in CORPUS])
 def test_script_yields_a_verl_command_line(entry, tmp_path):
     home = tmp_path / "home"
+    checkout = _checkout(entry, home)
     argv = verl_argv(SCRIPTS / entry["script"], home, env=TABLE["env"])
     assert argv and all(split_override(a) or a.startswith("--config") for a in argv)
     argv = substitute(argv, TABLE, _values(Path("/assets"), tmp_path / "run"))
-    # every path the script made from $HOME is one the table replaced
-    assert not [a for a in argv if str(home) in a]
+    # every path the script made from $HOME is one the table replaced, or verl's own file it reads
+    in_checkout = {str(p) for p in checkout} | {str(p.parent) for p in checkout}
+    assert not [a for a in argv if str(home) in a and a.split("=", 1)[-1].strip("'\"") not in in_checkout]
 
 
 def test_substitution_table_has_no_dead_rows(tmp_path):
@@ -112,8 +129,15 @@ def assets(tmp_path_factory) -> dict[str, Path]:
     # vLLM's CPU attention takes heads of 32 dimensions and up: one model for every engine
     model = tiny_llama(root / "llama", hidden_size=64, num_attention_heads=2)
     train, test = fixture_parquet(root)  # 8 training prompts, 4 test prompts in verl's gsm8k format
+    tool_train, tool_test = fixture_parquet(root, "gsm8k_tool_agent")  # the same, as verl's tool datasets
     reward_model = Path(build_tiny_reward_model(root / "reward_model"))
-    return {"model": model, "reward_model": reward_model, "train_files": train, "val_files": test}
+    return {
+        "model": model,
+        "reward_model": reward_model,
+        "train_files": train,
+        "val_files": test,
+        "gsm8k_tool_agent": (tool_train, tool_test),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +152,11 @@ def cluster():
 @pytest.mark.parametrize(("entry", "hf"), _cases())
 def test_verl_script_runs_one_step(entry, hf, assets, cluster, tmp_path, caplog, monkeypatch):
     out = tmp_path / "run"
+    _checkout(entry, tmp_path / "home")
     raw = verl_argv(SCRIPTS / entry["script"], tmp_path / "home", env=TABLE["env"])
+    if "data" in entry:
+        train, test = assets[entry["data"]]
+        assets = {**assets, "train_files": train, "val_files": test}
     argv = substitute(raw, _hf_table() if hf else TABLE, _values(tmp_path, out, assets, cluster.address))
     if hf and not any((split_override(a) or ("", "", ""))[1] == ROLLOUT_NAME for a in argv):
         argv.append(f"{ROLLOUT_NAME}=hf")

@@ -38,7 +38,13 @@ from hybridrl.config.schema.roles import (
     RefConfig,
     TrainedRoleConfig,
 )
-from hybridrl.config.schema.rollout import RolloutConfig, SamplingConfig, ValKwargsConfig
+from hybridrl.config.schema.rollout import (
+    AgentConfig,
+    MultiTurnConfig,
+    RolloutConfig,
+    SamplingConfig,
+    ValKwargsConfig,
+)
 from hybridrl.config.schema.root import Config
 from hybridrl.config.schema.trainer import RayConfig, ResourcePoolConfig, TrainerConfig
 
@@ -67,6 +73,8 @@ __all__ = [
     "RewardModelConfig",
     "RewardModelModelConfig",
     "RolloutConfig",
+    "MultiTurnConfig",
+    "AgentConfig",
     "RolloutCorrectionConfig",
     "SamplingConfig",
     "TinyModelConfig",

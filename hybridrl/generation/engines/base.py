@@ -16,6 +16,7 @@ from typing import Any, Protocol
 import torch
 
 from hybridrl.config.schema import SamplingConfig
+from hybridrl.seeds import request_seed
 
 
 @dataclass(frozen=True)
@@ -38,13 +39,28 @@ class EngineSite:
 @dataclass(frozen=True)
 class GenerationRequest:
     """One ``generate`` call, whatever the engine: left-padded prompts (``input_ids``, ``attention_mask``:
-    (B, P)), the longest response, how to sample, and the seed that makes the draw repeatable."""
+    (B, P)), the longest response, how to sample, and the seed that makes the draw repeatable (or a seed per
+    row)."""
 
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
     max_new_tokens: int
     sampling: SamplingConfig
     seed: int = 0
+    row_seeds: tuple[int, ...] | None = None
+    stop_token_ids: tuple[int, ...] = ()
+
+    def stops(self, eos_token_id: int | Sequence[int] | None) -> list[int]:
+        """The tokens that end a response: the model's end-of-sequence and the request's own stops (the agent
+        loop ends a turn at a tool call's end), each kept as the response's last token."""
+        return eos_ids(eos_token_id) + [t for t in self.stop_token_ids if t not in eos_ids(eos_token_id)]
+
+    def seeds(self) -> list[int]:
+        """One sampling seed per row. ``row_seeds`` (the agent loop's) make a row's tokens independent of the
+        rows it is generated with: a sample's turn samples the same whichever samples are ready beside it."""
+        if self.row_seeds is not None:
+            return list(self.row_seeds)
+        return [request_seed(self.seed, i) for i in range(self.input_ids.shape[0])]
 
 
 class RolloutEngine(Protocol):

@@ -16,11 +16,13 @@ bound at 1.5B); the compiled step replays one graph. The first call per (rows, l
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 import torch
 from transformers import DynamicCache, LogitsProcessor, LogitsProcessorList, PreTrainedModel
 
+from hybridrl.config.schema import SamplingConfig
 from hybridrl.engine.base import state_digest
 from hybridrl.engine.offload import HOST, move_module
 from hybridrl.engine.prompt_sharing import prompt_groups
@@ -65,6 +67,34 @@ class _SampledLogProbs(LogitsProcessor):
             if self.columns
             else responses.new_zeros(responses.shape, dtype=torch.float)
         )
+
+
+class _RowSeededSampler(LogitsProcessor):
+    """Draws each row's next token from its own seeded stream and hands ``generate`` a one-hot choice (which
+    its greedy search then takes), so a row samples the same tokens whatever rows share the call. ``generate``'s
+    own sampling draws every row from one global stream: a row's tokens would depend on its neighbours, and
+    the agent loop batches whichever samples are ready. Runs after ``_SampledLogProbs``, which reads the
+    model's logits before this replaces them."""
+
+    def __init__(self, sampling: SamplingConfig, seeds: list[int], device: torch.device) -> None:
+        self.sampling = sampling
+        self.generators = [torch.Generator(device=device).manual_seed(seed) for seed in seeds]
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        logits = scores.float() / self.sampling.temperature  # (B, V)
+        if self.sampling.top_k > 0:
+            kth = torch.topk(logits, min(self.sampling.top_k, logits.shape[-1]), dim=-1).values[:, -1:]
+            logits = logits.masked_fill(logits < kth, -math.inf)
+        if self.sampling.top_p < 1.0:
+            ordered, order = torch.sort(logits, dim=-1, descending=True)
+            mass_before = torch.softmax(ordered, dim=-1).cumsum(-1) - torch.softmax(ordered, dim=-1)
+            dropped = torch.zeros_like(logits, dtype=torch.bool).scatter(1, order, mass_before > self.sampling.top_p)
+            logits = logits.masked_fill(dropped, -math.inf)
+        probs = torch.softmax(logits, dim=-1)
+        picked = torch.stack(
+            [torch.multinomial(row, 1, generator=gen) for row, gen in zip(probs, self.generators, strict=True)]
+        )  # (B, 1)
+        return torch.full_like(scores, -math.inf).scatter(1, picked, 0.0)  # type: ignore[return-value]
 
 
 class HFRolloutEngine:
@@ -144,17 +174,27 @@ class HFRolloutEngine:
         max_new_tokens, sampling = request.max_new_tokens, request.sampling
         step = self.rows_per_call(input_ids.shape[1], max_new_tokens, input_ids.shape[0])
         top_k = sampling.top_k if sampling.top_k > 0 else None
+        row_seeded = sampling.do_sample and request.row_seeds is not None
         kwargs = (
             dict(do_sample=True, temperature=sampling.temperature, top_k=top_k, top_p=sampling.top_p)
-            if sampling.do_sample
+            if sampling.do_sample and not row_seeded
             else dict(do_sample=False, temperature=None, top_k=None, top_p=None)
         )
+        temperature = sampling.temperature if sampling.do_sample else 1.0
+        seeds = request.seeds()
+        stops = request.stops(self.eos_token_id) or None
         generator_state = torch.random.get_rng_state()
         torch.manual_seed(request.seed)
         try:
             parts = [
                 self._generate_rows(
-                    input_ids[i : i + step], attention_mask[i : i + step], max_new_tokens, sampling.temperature, kwargs
+                    input_ids[i : i + step],
+                    attention_mask[i : i + step],
+                    max_new_tokens,
+                    temperature,
+                    kwargs,
+                    stops,
+                    _RowSeededSampler(sampling, seeds[i : i + step], input_ids.device) if row_seeded else None,
                 )
                 for i in range(0, input_ids.shape[0], step)
             ]
@@ -167,7 +207,7 @@ class HFRolloutEngine:
             attention_mask,
             responses,
             log_probs,
-            eos_token_id=self.eos_token_id,
+            eos_token_id=stops,
             pad_token_id=self.pad_token_id,
         )
 
@@ -201,9 +241,13 @@ class HFRolloutEngine:
         max_new_tokens: int,
         temperature: float,
         sampling: dict,
+        stops: list[int] | None,
+        sampler: _RowSeededSampler | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """One ``generate`` call: (B, R) responses and their log-probs, right-padded to ``max_new_tokens``."""
-        recorder = _SampledLogProbs(temperature if sampling["do_sample"] else 1.0)
+        """One ``generate`` call: (B, R) responses and their log-probs (at ``temperature``), right-padded to
+        ``max_new_tokens``, each ending at its first token of ``stops``; ``sampler`` draws the tokens where rows
+        have seeds of their own."""
+        recorder = _SampledLogProbs(temperature)
         prefilled = None if self.static_cache else self._shared_prefill(input_ids, attention_mask)
         cache = {"cache_implementation": "static"} if self.static_cache else {}
         out = self.model.generate(
@@ -212,9 +256,9 @@ class HFRolloutEngine:
             max_new_tokens=max_new_tokens,
             min_new_tokens=0,
             pad_token_id=self.pad_token_id,
-            eos_token_id=self.eos_token_id,
+            eos_token_id=stops,
             use_cache=True,
-            logits_processor=LogitsProcessorList([recorder]),
+            logits_processor=LogitsProcessorList([recorder] if sampler is None else [recorder, sampler]),
             **({} if prefilled is None else {prefilled[0]: prefilled[1]}),
             **cache,
             **sampling,

@@ -46,13 +46,11 @@ from hybridrl.engine.dist import free_port
 from hybridrl.generation.engines.base import (
     EngineSite,
     GenerationRequest,
-    eos_ids,
     pad_responses,
     prompt_token_lists,
     rollout_batch,
     sampling_values,
 )
-from hybridrl.seeds import request_seed
 
 logger = logging.getLogger(__name__)
 
@@ -358,9 +356,9 @@ class SGLangRolloutEngine:
     # -- generation ----------------------------------------------------------------------------
     def generate(self, request: GenerationRequest) -> dict[str, torch.Tensor]:
         input_ids, attention_mask = request.input_ids, request.attention_mask  # (B, P), left-padded
-        max_new_tokens, sampling, seed = request.max_new_tokens, request.sampling, request.seed
+        max_new_tokens, sampling = request.max_new_tokens, request.sampling
         prompts = prompt_token_lists(input_ids, attention_mask)
-        per_rank = self.replica.gather((prompts, [request_seed(seed, i) for i in range(len(prompts))]))
+        per_rank = self.replica.gather((prompts, request.seeds()))
 
         def run() -> list[tuple[list[list[int]], list[list[float]]]]:
             flat, seeds, slices = replica_requests(per_rank)
@@ -368,7 +366,7 @@ class SGLangRolloutEngine:
                 sampling_params(
                     max_new_tokens=max_new_tokens,
                     sampling=sampling,
-                    stop=eos_ids(self.eos_token_id),
+                    stop=request.stops(self.eos_token_id),
                     seed=s if self.seeded else None,
                 )
                 for s in seeds
@@ -387,7 +385,7 @@ class SGLangRolloutEngine:
             attention_mask,
             responses.to(input_ids.device),
             rollout_log_probs.to(input_ids.device),
-            eos_token_id=self.eos_token_id,
+            eos_token_id=request.stops(self.eos_token_id),
             pad_token_id=self.pad_token_id,
         )
 

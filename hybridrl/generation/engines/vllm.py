@@ -33,13 +33,11 @@ from hybridrl.engine.base import state_digest
 from hybridrl.generation.engines.base import (
     EngineSite,
     GenerationRequest,
-    eos_ids,
     pad_responses,
     prompt_token_lists,
     rollout_batch,
     sampling_values,
 )
-from hybridrl.seeds import request_seed
 
 logger = logging.getLogger(__name__)
 
@@ -184,10 +182,12 @@ class VLLMRolloutEngine:
 
     def generate(self, request: GenerationRequest) -> dict[str, torch.Tensor]:
         input_ids, attention_mask = request.input_ids, request.attention_mask  # (B, P), left-padded
-        max_new_tokens, sampling, seed = request.max_new_tokens, request.sampling, request.seed
-        common = sampling_kwargs(max_new_tokens=max_new_tokens, sampling=sampling, stop=eos_ids(self.eos_token_id))
+        max_new_tokens, sampling = request.max_new_tokens, request.sampling
+        common = sampling_kwargs(
+            max_new_tokens=max_new_tokens, sampling=sampling, stop=request.stops(self.eos_token_id)
+        )
         prompts = [self._tokens_prompt(prompt_token_ids=ids) for ids in prompt_token_lists(input_ids, attention_mask)]
-        params = [self._sampling_params(seed=request_seed(seed, i), **common) for i in range(len(prompts))]
+        params = [self._sampling_params(seed=row_seed, **common) for row_seed in request.seeds()]
         outputs = self.llm.generate(prompts, params, use_tqdm=False)
         tokens = [list(out.outputs[0].token_ids) for out in outputs]
         log_probs = [
@@ -200,7 +200,7 @@ class VLLMRolloutEngine:
             attention_mask,
             responses,
             rollout_log_probs,
-            eos_token_id=self.eos_token_id,
+            eos_token_id=request.stops(self.eos_token_id),
             pad_token_id=self.pad_token_id,
         )
 

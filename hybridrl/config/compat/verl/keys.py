@@ -258,10 +258,6 @@ VERL_ANSWERS: tuple[tuple[str, str], ...] = (
     ("actor_rollout_ref.ref.entropy_checkpointing", _NO_GRADIENTS),
     # -- actor_rollout_ref.rollout: hf, vllm, sglang, each in the actor's workers
     ("actor_rollout_ref.rollout._target_", _TARGET),
-    (
-        "actor_rollout_ref.rollout.mode",
-        "not needed in hybridrl: hf, vllm and sglang generate inside the actor's workers, in sync and async mode",
-    ),
     ("actor_rollout_ref.rollout.prompt_length", "use data.max_prompt_length, which verl's key only mirrors"),
     ("actor_rollout_ref.rollout.response_length", "use data.max_response_length, which verl's key only mirrors"),
     ("actor_rollout_ref.rollout.ignore_eos", "not supported yet: generating past the end-of-sequence token"),
@@ -299,16 +295,34 @@ VERL_ANSWERS: tuple[tuple[str, str], ...] = (
         "not supported yet: extra vLLM/SGLang/TensorRT-LLM engine arguments",
     ),
     ("actor_rollout_ref.rollout.val_kwargs._target_", _TARGET),
-    ("actor_rollout_ref.rollout.multi_turn.enable", "not supported yet: multi-turn and tool-calling rollouts"),
+    ("actor_rollout_ref.rollout.multi_turn._target_", _TARGET),
     (
-        "actor_rollout_ref.rollout.multi_turn.*",
-        "not needed in hybridrl: multi-turn settings apply only with multi_turn.enable=true (not supported yet)",
+        "actor_rollout_ref.rollout.multi_turn.interaction_config_path",
+        "not supported yet: simulated users (interactions) in multi-turn rollouts; tools are",
     ),
+    (
+        "actor_rollout_ref.rollout.multi_turn.tokenization_sanity_check_mode",
+        "not needed in hybridrl: the trajectory keeps the tokens as generated; nothing is re-tokenized to check",
+    ),
+    (
+        "actor_rollout_ref.rollout.multi_turn.use_inference_chat_template",
+        "not supported yet: re-rendering earlier turns with the inference chat template",
+    ),
+    ("actor_rollout_ref.rollout.multi_turn.num_repeat_rollouts", "not supported yet: SGLang's repeated rollouts"),
     (
         "actor_rollout_ref.rollout.calculate_log_probs",
         "not needed in hybridrl: every engine returns rollout log-probs (training/rollout_probs_diff_*)",
     ),
-    ("actor_rollout_ref.rollout.agent.*", "not supported yet: agent-loop rollouts"),
+    ("actor_rollout_ref.rollout.agent._target_", _TARGET),
+    (
+        "actor_rollout_ref.rollout.agent.num_workers",
+        "not needed in hybridrl: the agent loop runs in every generating worker, samples side by side",
+    ),
+    (
+        "actor_rollout_ref.rollout.agent.agent_loop_config_path",
+        "not supported yet: agent loops of your own (single_turn_agent and tool_agent are built in)",
+    ),
+    ("actor_rollout_ref.rollout.agent.custom_async_server.*", "not supported yet: a rollout server of your own"),
     (
         "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes",
         "use actor_rollout_ref.rollout.update_weights_bucket_megabytes",
@@ -370,14 +384,17 @@ VERL_ANSWERS: tuple[tuple[str, str], ...] = (
         "data.val_batch_size",
         "not needed in hybridrl: validation runs in chunks of data.train_batch_size (verl deprecates the key)",
     ),
-    ("data.tool_config_path", "not supported yet: tool-calling rollouts"),
+    (
+        "data.tool_config_path",
+        "use actor_rollout_ref.rollout.multi_turn.tool_config_path, whose tools the prompts show",
+    ),
     (
         "data.return_raw_input_ids",
         "not needed in hybridrl: the reward model re-tokenizes the decoded text with its own tokenizer",
     ),
     (
         "data.return_raw_chat",
-        "not needed in hybridrl: no rollout takes raw chat messages (the chat template is applied at load)",
+        "not needed in hybridrl: prompts are templated at load (with the tools' schemas for multi-turn rollouts)",
     ),
     ("data.return_full_prompt", "not supported yet: keeping the templated prompt text in the batch"),
     (
