@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
 import logging
 import os
 import re
@@ -108,6 +109,11 @@ def bad_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tokenizer.chat_template = CHAT_TEMPLATE
     tokenizer.save_pretrained(f / "chat_tokenizer")
     model = Path(tiny(f / "model"))
+    shutil.copytree(model, f / "no_template")  # the tiny model's tokenizer without its chat template
+    (f / "no_template" / "chat_template.jinja").unlink(missing_ok=True)
+    config = json.loads((f / "no_template" / "tokenizer_config.json").read_text())
+    config.pop("chat_template", None)
+    (f / "no_template" / "tokenizer_config.json").write_text(json.dumps(config))
     shutil.copytree(model, f / "no_weights")
     for weights in (f / "no_weights").glob("*.safetensors"):
         weights.unlink()
@@ -605,9 +611,9 @@ FILES = [
         id="prompt-too-long",
     ),
     pytest.param(
-        ["data.train_files={f}/good.parquet"],
+        ["data.train_files={f}/good.parquet", "actor_rollout_ref.model.path={f}/no_template"],
         1,
-        r"The tokenizer .*tiny_model'\) has no chat template",
+        r"The tokenizer .*no_template'\) has no chat template",
         id="tokenizer-without-chat-template",
     ),
     pytest.param(

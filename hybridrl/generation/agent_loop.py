@@ -15,6 +15,7 @@ generation call and keeps no other sample waiting. Every model turn samples from
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -157,9 +158,11 @@ class AgentLoop:
         ready = list(samples)
         while ready or by_call:
             if ready and not (self.turn_by_turn and by_call):
+                started = time.monotonic()
                 self._model_turn(ready, sampling, seed, by_call)
                 ready = []
-                finished = self.processes.collect(block=False)
+                took = time.monotonic() - started
+                finished = self._answers_within(time.monotonic() + took)
             else:
                 finished = self.processes.collect(block=True)
             for call_id, outcome in finished:
@@ -169,6 +172,15 @@ class AgentLoop:
                     ready.append(sample)
             ready.sort(key=lambda s: s.row)
         return self._columns(samples, input_ids, attention_mask), _stats(samples)
+
+    def _answers_within(self, until: float) -> list[tuple[int, ToolOutcome]]:
+        """The tool answers that arrive until the monotonic time ``until`` (async mode: one model turn's time
+        after the calls were made), so that fast tools' samples share the next generation call while a slower
+        tool holds no other sample longer than that."""
+        finished = self.processes.collect(block=False)
+        while self.processes.pending() and time.monotonic() < until:
+            finished += self.processes.collect(block=True, until=until)
+        return finished
 
     def _model_turn(
         self, samples: list[_Sample], sampling: SamplingConfig, seed: int, by_call: dict[int, _Sample]
@@ -230,7 +242,7 @@ class AgentLoop:
             assert outcome is not None
             if outcome.error is not None:
                 sample.tool_errors += 1
-                sample.tool_timeouts += "tool_timeout_s" in outcome.error
+                sample.tool_timeouts += outcome.timed_out
             else:
                 sample.tool_rewards.append(outcome.reward)
             text = truncate_tool_text(

@@ -43,10 +43,11 @@ class ToolOutcome:
     reward: float = 0.0
     error: str | None = None
     metrics: dict = field(default_factory=dict)
+    timed_out: bool = False  # the error is the call's deadline
 
 
-def _failed(error: str) -> ToolOutcome:
-    return ToolOutcome(text=f"Error when executing tool: {error}", error=error)
+def _failed(error: str, timed_out: bool = False) -> ToolOutcome:
+    return ToolOutcome(text=f"Error when executing tool: {error}", error=error, timed_out=timed_out)
 
 
 # --- in the child process -------------------------------------------------------------------------------
@@ -152,18 +153,21 @@ class ToolProcesses:
             self._queue.append(_Call(call_id, self.specs[call.name], call.arguments, create_kwargs))
             self._dispatch()
 
-    def collect(self, block: bool) -> list[tuple[int, ToolOutcome]]:
+    def collect(self, block: bool, until: float | None = None) -> list[tuple[int, ToolOutcome]]:
         """The calls finished since the last collect. ``block``: wait until one finishes or a running call's
-        deadline passes (when nothing has finished yet and something is pending)."""
+        deadline passes (when nothing has finished yet and something is pending), or until the monotonic time
+        ``until``."""
         while True:
             self._dispatch()
             now = time.monotonic()
             if self._running:
                 waiting = block and not self._finished
-                earliest = min(c.deadline for c in self._running.values())
+                earliest = min([c.deadline for c in self._running.values()] + ([until] if until is not None else []))
                 self._receive(max(0.0, earliest - now) if waiting else 0.0)
                 self._expire(time.monotonic())
             if self._finished or not block or not self.pending():
+                break
+            if until is not None and time.monotonic() >= until:
                 break
         self._dispatch()  # processes freed just now start the queued calls (their deadlines run from here)
         finished, self._finished = self._finished, []
@@ -237,7 +241,8 @@ class ToolProcesses:
                     call.spec.name,
                     _failed(
                         f"tool {call.spec.name!r} did not return within "
-                        f"actor_rollout_ref.rollout.multi_turn.tool_timeout_s={self.timeout_s:g} s"
+                        f"actor_rollout_ref.rollout.multi_turn.tool_timeout_s={self.timeout_s:g} s",
+                        timed_out=True,
                     ),
                 )
 

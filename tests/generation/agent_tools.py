@@ -20,6 +20,9 @@ class BehaviourTool(BaseTool):
             raise RuntimeError("the tool failed")
         if self.do == "hang":
             time.sleep(600)
+        if self.do == "slow":
+            time.sleep(3)
+            return ToolResponse(text="99"), 0.0, {}
         if self.do == "exit":
             os._exit(3)
         if self.do == "big":

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -17,8 +18,8 @@ from hybridrl.config.choices import TruncateSide
 from hybridrl.config.schema import MultiTurnConfig, SamplingConfig
 from hybridrl.data.dataset import PromptDataset
 from hybridrl.data.tasks import Example, LookupTask
-from hybridrl.generation.agent_loop import AgentLoop, truncate_tool_text
-from hybridrl.generation.engines.base import GenerationRequest
+from hybridrl.generation.agent_loop import AgentLoop, AgentStats, truncate_tool_text
+from hybridrl.generation.engines.base import GenerationRequest, RolloutEngine
 from hybridrl.generation.engines.hf import HFRolloutEngine
 from hybridrl.tools.config import load_tool_config
 from tests.tiny_models import tiny
@@ -44,16 +45,23 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
     return tiny(tmp_path_factory.mktemp("lookup_model"), extra_tokens=LookupTask.tokens)
 
 
-def rollout(model_dir: str, tools: Path, examples: list[Example], **multi_turn):
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir)
-    engine = RecordingEngine(model, tokenizer.pad_token_id, tokenizer.eos_token_id)
-    engine.calls = []
+def run_agent_loop(
+    engine: RolloutEngine,
+    tokenizer: Any,
+    tools: Path,
+    examples: list[Example],
+    turn_by_turn: bool = False,
+    **multi_turn,
+) -> tuple[dict[str, torch.Tensor], AgentStats]:
+    """``examples`` rolled out by the agent loop on ``engine`` (the tools of ``tools``, calls ending a turn)."""
     batch = PromptDataset(examples, tokenizer, 8).collate(list(range(len(examples))))
     cfg = MultiTurnConfig(enable=True, tool_config_path=str(tools), stop_after_tool_call=True, **multi_turn)
-    loop = AgentLoop(cfg, load_tool_config(str(tools)), engine, tokenizer, max_response_length=RESPONSE, pad_token_id=0)
+    tool_specs = load_tool_config(str(tools))
+    loop = AgentLoop(
+        cfg, tool_specs, engine, tokenizer, max_response_length=RESPONSE, pad_token_id=0, turn_by_turn=turn_by_turn
+    )
     try:
-        out, stats = loop.run(
+        return loop.run(
             batch.tensors["input_ids"],
             batch.tensors["attention_mask"],
             list(batch.non_tensors["agent_name"]),
@@ -63,6 +71,15 @@ def rollout(model_dir: str, tools: Path, examples: list[Example], **multi_turn):
         )
     finally:
         loop.close()
+
+
+def rollout(model_dir: str, tools: Path, examples: list[Example], turn_by_turn: bool = False, **multi_turn):
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    engine = RecordingEngine(
+        AutoModelForCausalLM.from_pretrained(model_dir), tokenizer.pad_token_id, tokenizer.eos_token_id
+    )
+    engine.calls = []
+    out, stats = run_agent_loop(engine, tokenizer, tools, examples, turn_by_turn, **multi_turn)
     return out, stats, engine, tokenizer
 
 
@@ -122,9 +139,8 @@ def test_a_sample_samples_the_same_whatever_samples_share_its_calls(model_dir: s
 BEHAVIOURS = ["raise", "hang", "exit", "big", "echo"]
 
 
-def test_a_failing_tool_is_an_error_message_and_the_rollout_goes_on(
-    model_dir: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
+def behaviour_tools(tmp_path: Path) -> Path:
+    """A tool YAML naming the test tool under the lookup task's name (the tiny tokenizer's one-word call)."""
     tools = tmp_path / "tools.yaml"
     tools.write_text(
         textwrap.dedent(
@@ -136,13 +152,20 @@ def test_a_failing_tool_is_an_error_message_and_the_rollout_goes_on(
             """
         )
     )
-    examples = [
-        Example(
-            "?=", "1", "lookup", {"tools_kwargs": {"lookup": {"create_kwargs": {"do": do}}}}, agent_name="tool_agent"
-        )
-        for _ in range(8)
-        for do in BEHAVIOURS
-    ]
+    return tools
+
+
+def behaving(do: str) -> Example:
+    """A lookup row whose tool does what ``do`` says."""
+    kwargs = {"tools_kwargs": {"lookup": {"create_kwargs": {"do": do}}}}
+    return Example("?=", "1", "lookup", kwargs, agent_name="tool_agent")
+
+
+def test_a_failing_tool_is_an_error_message_and_the_rollout_goes_on(
+    model_dir: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    tools = behaviour_tools(tmp_path)
+    examples = [behaving(do) for _ in range(8) for do in BEHAVIOURS]
     with caplog.at_level(logging.WARNING, logger="hybridrl.tools.processes"):
         out, stats, _, _ = rollout(
             model_dir, tools, examples, tool_timeout_s=2.0, max_assistant_turns=2, max_tool_response_length=64
@@ -171,3 +194,35 @@ def test_long_tool_answers_are_cut_as_verl_cuts_them() -> None:
     assert truncate_tool_text(text, 4, TruncateSide.left) == "abcd...(truncated)"
     assert truncate_tool_text(text, 4, TruncateSide.right) == "(truncated)...ghij"
     assert truncate_tool_text(text, 4, TruncateSide.middle) == "ab...(truncated)...ij"
+
+
+@pytest.mark.parametrize("turn_by_turn", [False, True], ids=["async", "sync"])
+def test_a_slow_tool_holds_back_only_its_own_sample_in_async_mode(
+    model_dir: str, tmp_path: Path, turn_by_turn: bool
+) -> None:
+    examples = [behaving(do) for _ in range(16) for do in ("slow", "echo")]
+    _, _, engine, tokenizer = rollout(
+        model_dir,
+        behaviour_tools(tmp_path),
+        examples,
+        turn_by_turn=turn_by_turn,
+        max_assistant_turns=2,
+        tool_num_workers=len(examples),  # every call runs at once: only the loop's order is under test
+    )
+    fast, slow = (
+        tokenizer.encode(f"<tool_response>{t}</tool_response>", add_special_tokens=False) for t in ("42", "99")
+    )
+
+    def answered(request: GenerationRequest, answer: list[int]) -> bool:
+        """Some sample of this generation call has ``answer`` (a tool's rendered answer) in its context."""
+        rows = [ids[m.bool()].tolist() for ids, m in zip(request.input_ids, request.attention_mask, strict=True)]
+        return any(row[i : i + len(answer)] == answer for row in rows for i in range(len(row)))
+
+    calls = [(answered(request, fast), answered(request, slow)) for request, _ in engine.calls]
+    assert any(s for _, s in calls) and any(f for f, _ in calls), "both tools were called and answered"
+    first_fast = next(i for i, (f, _) in enumerate(calls) if f)
+    first_slow = next(i for i, (_, s) in enumerate(calls) if s)
+    if turn_by_turn:  # every second turn waits for the slow tool
+        assert first_fast == first_slow
+    else:  # the fast tool's samples went on while the slow tool ran
+        assert first_fast < first_slow and not calls[first_fast][1]

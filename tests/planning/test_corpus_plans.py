@@ -12,7 +12,7 @@ from hybridrl.config.loader import load_config
 from hybridrl.planning.memory import GB, Device, plan_memory
 from hybridrl.planning.shape import read_shape
 from hybridrl.trainer.main_ppo import split_options
-from tests.verl_corpus.harness import SCRIPTS, load_corpus, load_table, substitute, verl_argv
+from tests.verl_corpus.harness import SCRIPTS, load_corpus, load_table, place_verl_files, substitute, verl_argv
 
 RUNS = [entry for entry in load_corpus() if entry["expect"] == "runs"]
 
@@ -26,6 +26,7 @@ def test_each_corpus_run_has_a_plan(entry, tmp_path):
     (model / "config.json").write_text(json.dumps(shape))
     values = {"model": str(model), "reward_model": str(model), "out": str(tmp_path / "run"), "ray_address": "auto"}
     values |= {"train_files": str(tmp_path / "train.parquet"), "val_files": str(tmp_path / "test.parquet")}
+    place_verl_files(entry, tmp_path / "home")
     argv = substitute(
         verl_argv(SCRIPTS / entry["script"], tmp_path / "home", env=load_table()["env"]), load_table(), values
     )

@@ -121,7 +121,7 @@ def test_a_hanging_call_times_out_while_a_call_on_the_other_process_finishes(cap
             # the third call waits for a free process; its deadline runs from when it starts
             hang, echo, queued = run(tools, sample("hang"), sample("echo", text="meanwhile"), sample("echo"))
         error = "tool 'sample' did not return within actor_rollout_ref.rollout.multi_turn.tool_timeout_s=1 s"
-        assert hang == ToolOutcome(text=f"Error when executing tool: {error}", error=error)
+        assert hang == ToolOutcome(text=f"Error when executing tool: {error}", error=error, timed_out=True)
         assert echo.text == "echo meanwhile" and echo.error is None and queued.text == "echo "
         assert [r.getMessage() for r in caplog.records] == [f"Tool call 0 (sample) failed: {error}"]
         assert [o.text for o in run(tools, sample("echo", text="after"))] == ["echo after"]

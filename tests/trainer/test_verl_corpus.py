@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ from tests.verl_corpus.harness import (
     SCRIPTS,
     load_corpus,
     load_table,
+    place_verl_files,
     split_override,
     substitute,
     verl_argv,
@@ -73,20 +73,6 @@ def _values(home: Path, out: Path, assets: dict[str, Path] | None = None, ray_ad
 # -- fast: the harness and the table, no Ray ---------------------------------------------------------------
 
 
-VERL_FILES = Path(__file__).resolve().parents[1] / "verl_corpus" / "verl_files"
-
-
-def _checkout(entry: dict[str, Any], home: Path) -> list[Path]:
-    """The verl files ``entry``'s script reads from the checkout it runs in (its working directory), put there."""
-    placed = []
-    for name in entry.get("verl_files", []):
-        target = home / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(VERL_FILES / name, target)
-        placed.append(target)
-    return placed
-
-
 def test_corpus_lists_every_stored_script_once():
     listed = [entry["script"] for entry in CORPUS]
     assert sorted(listed) == sorted(p.name for p in SCRIPTS.glob("*.sh"))
@@ -100,7 +86,7 @@ def test_corpus_lists_every_stored_script_once():
 @pytest.mark.parametrize("entry", CORPUS, ids=[e["script"].removesuffix(".sh") for e in CORPUS])
 def test_script_yields_a_verl_command_line(entry, tmp_path):
     home = tmp_path / "home"
-    checkout = _checkout(entry, home)
+    checkout = place_verl_files(entry, home)
     argv = verl_argv(SCRIPTS / entry["script"], home, env=TABLE["env"])
     assert argv and all(split_override(a) or a.startswith("--config") for a in argv)
     argv = substitute(argv, TABLE, _values(Path("/assets"), tmp_path / "run"))
@@ -152,7 +138,7 @@ def cluster():
 @pytest.mark.parametrize(("entry", "hf"), _cases())
 def test_verl_script_runs_one_step(entry, hf, assets, cluster, tmp_path, caplog, monkeypatch):
     out = tmp_path / "run"
-    _checkout(entry, tmp_path / "home")
+    place_verl_files(entry, tmp_path / "home")
     raw = verl_argv(SCRIPTS / entry["script"], tmp_path / "home", env=TABLE["env"])
     if "data" in entry:
         train, test = assets[entry["data"]]

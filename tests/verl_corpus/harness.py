@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -23,6 +24,7 @@ HERE = Path(__file__).resolve().parent
 SCRIPTS = HERE / "scripts"
 CORPUS = HERE / "corpus.yaml"
 SUBSTITUTIONS = HERE / "substitutions.yaml"
+VERL_FILES = HERE / "verl_files"  # verl's own files some scripts read from the checkout they run in
 
 ENTRIES = ("verl.trainer.main_ppo", "recipe.dapo.main_dapo")  # the DAPO recipe runs the same trainer
 RECORD_VAR = "VERL_CORPUS_RECORD"
@@ -102,6 +104,18 @@ def verl_argv(script: Path, home: Path, env: Mapping[str, str] | None = None, ti
     if len(launches) > 1:
         logger.info("%s launched the trainer %d times; using the last", script.name, len(launches))
     return list(json.loads(launches[-1]))
+
+
+def place_verl_files(entry: Mapping[str, Any], home: Path) -> list[Path]:
+    """The verl files ``entry``'s script reads from the checkout it runs in (its working directory: ``home``),
+    put there as a verl user has them."""
+    placed = []
+    for name in entry.get("verl_files", []):
+        target = home / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(VERL_FILES / name, target)
+        placed.append(target)
+    return placed
 
 
 def split_override(arg: str) -> tuple[str, str, str] | None:

@@ -70,7 +70,9 @@ class MultiTurnConfig:
     tool_timeout_s: float = doc(
         30.0, "a tool call's deadline: past it the call is an error message and its process is replaced"
     )
-    tool_num_workers: int = doc(2, "processes per generating worker that run tool calls (tools are untrusted code)")
+    tool_num_workers: int = doc(
+        8, "processes per generating worker that run tool calls at once (tools are untrusted code; ~0.1 s to start)"
+    )
     tool_max_response_bytes: int = doc(
         1 << 20, "a tool answer longer than this (UTF-8 bytes) is an error message, not context"
     )
@@ -108,8 +110,8 @@ class RolloutConfig:
     n: int = doc(1, "responses sampled per prompt (GRPO and friends need > 1)")
     mode: RolloutMode = doc(
         RolloutMode["async"],
-        "multi-turn rollouts: async = a sample's next turn starts as soon as its tools answered, whatever the "
-        "others wait for; sync = turn by turn, every sample's tools answered first (reproducible run to run)",
+        "multi-turn rollouts: async = a sample's next turn starts once its tools answered, and a tool slower than "
+        "a model turn holds no other sample; sync = turn by turn, every tool answered first (reproducible)",
     )
     overlap: bool = doc(
         False,

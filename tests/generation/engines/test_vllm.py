@@ -5,6 +5,8 @@ state per process."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 
@@ -34,14 +36,14 @@ def _teacher_forced_log_probs(model, out: dict[str, torch.Tensor], temperature: 
     return scores.gather(-1, out["responses"][..., None]).squeeze(-1) * out["response_mask"]
 
 
-def vllm_against_hf_on_rank(rank: int, world_size: int, model_path: str, tp: int) -> None:
+def vllm_engine(
+    model_path: str, tok: Any, cfg: RolloutConfig, max_model_len: int, rank: int = 0, world_size: int = 1
+) -> Any:
+    """A vLLM engine on CPU in fp32 for the tiny model at ``model_path`` (this rank's place in the group)."""
     from hybridrl.generation.engines.vllm import VLLMRolloutEngine
 
-    tok = load_tokenizer(model_path)
-    model = load_causal_lm(model_path)
-    hf = HFRolloutEngine(model, tok.pad_token_id, tok.eos_token_id)
-    engine = VLLMRolloutEngine(
-        RolloutConfig(tensor_model_parallel_size=tp, max_num_seqs=8),
+    return VLLMRolloutEngine(
+        cfg,
         EngineSite(
             model_path=model_path,
             trust_remote_code=False,
@@ -49,10 +51,19 @@ def vllm_against_hf_on_rank(rank: int, world_size: int, model_path: str, tp: int
             device=torch.device("cpu"),
             pad_token_id=tok.pad_token_id,
             eos_token_id=tok.eos_token_id,
-            max_model_len=24,
+            max_model_len=max_model_len,
             rank=rank,
             world_size=world_size,
         ),
+    )
+
+
+def vllm_against_hf_on_rank(rank: int, world_size: int, model_path: str, tp: int) -> None:
+    tok = load_tokenizer(model_path)
+    model = load_causal_lm(model_path)
+    hf = HFRolloutEngine(model, tok.pad_token_id, tok.eos_token_id)
+    engine = vllm_engine(
+        model_path, tok, RolloutConfig(tensor_model_parallel_size=tp, max_num_seqs=8), 24, rank, world_size
     )
     enc = tok(PROMPTS, padding=True, return_tensors="pt", add_special_tokens=False)
     greedy = dict(max_new_tokens=8, sampling=SamplingConfig(False, 1.0, 0, 1.0), seed=0)
