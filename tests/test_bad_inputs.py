@@ -838,6 +838,15 @@ FOUND_BEFORE_RAY = [  # once found only after the workers started (~20 s): now b
     ),
     pytest.param(
         [
+            "actor_rollout_ref.rollout.multi_turn.enable=true",
+            "actor_rollout_ref.rollout.multi_turn.stop_after_tool_call=true",
+        ],
+        2,
+        r"stop_after_tool_call=true needs </tool_call> to be one token",
+        id="stop-after-call-without-call-token",
+    ),
+    pytest.param(
+        [
             "data.task=lookup",
             "actor_rollout_ref.rollout.multi_turn.enable=true",
             "actor_rollout_ref.rollout.multi_turn.tool_config_path={f}/tools_mcp.yaml",

@@ -112,11 +112,7 @@ class AgentLoop:
         """``turn_by_turn`` (``rollout.mode=sync``): every model turn waits until all tool calls of the turn
         before have answered, so which samples share a generation call, and with it every float, repeats run to
         run; otherwise (async) a sample goes on as soon as its own tools answered."""
-        if getattr(tokenizer, "chat_template", None) is None:
-            raise ValueError(
-                "actor_rollout_ref.rollout.multi_turn.enable=true needs a tokenizer with a chat template (it renders "
-                "the tools' answers): give a model whose tokenizer_config.json has one."
-            )
+        check_agent_tokenizer(cfg, tokenizer)
         self.cfg = cfg
         self.engine = engine
         self.tokenizer = tokenizer
@@ -125,7 +121,6 @@ class AgentLoop:
         self.default_agent = default_agent
         self.turn_by_turn = turn_by_turn
         self.parse = FORMATS[str(cfg.format)]
-        self.tool_names = {spec.name for spec in tools}
         self.processes = ToolProcesses(
             list(tools), cfg.tool_num_workers, cfg.tool_timeout_s, cfg.tool_max_response_bytes
         )
@@ -296,6 +291,18 @@ class AgentLoop:
             "response_mask": response_mask,
             "rollout_log_probs": log_probs * response_mask,
         }
+
+
+def check_agent_tokenizer(cfg: MultiTurnConfig, tokenizer: Any) -> None:
+    """What multi-turn rollouts need of the tokenizer, checked in the driver before Ray starts too: a chat
+    template (it renders the tools' answers) and, with ``stop_after_tool_call``, a token that ends a call."""
+    if getattr(tokenizer, "chat_template", None) is None:
+        raise ValueError(
+            "actor_rollout_ref.rollout.multi_turn.enable=true needs a tokenizer with a chat template (it renders "
+            "the tools' answers): give a model whose tokenizer_config.json has one."
+        )
+    if cfg.stop_after_tool_call:
+        call_end_tokens(tokenizer)
 
 
 def call_end_tokens(tokenizer: Any) -> tuple[int, ...]:

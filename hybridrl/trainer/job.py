@@ -29,6 +29,7 @@ from hybridrl.config.loader import to_yaml
 from hybridrl.config.schema import Config, TrainedRoleConfig
 from hybridrl.data.dataset import PromptDataset, build_datasets
 from hybridrl.data.tasks import TASKS
+from hybridrl.generation.agent_loop import check_agent_tokenizer
 from hybridrl.logging_utils import quiet_libraries
 from hybridrl.models.loader import load_tokenizer
 from hybridrl.models.tiny import ensure_tiny_model
@@ -301,6 +302,11 @@ class RunParts:
 def _run(cfg: Config, output_dir: Path, started: float) -> dict[str, Any]:
     model_path, tokenizer_path = prepare_model(cfg, output_dir)
     tokenizer = load_tokenizer(tokenizer_path, cfg.actor_rollout_ref.model.trust_remote_code)
+    if cfg.actor_rollout_ref.rollout.multi_turn.enable:
+        try:
+            check_agent_tokenizer(cfg.actor_rollout_ref.rollout.multi_turn, tokenizer)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
     dataset, val_dataset = build_datasets(cfg.data, tokenizer, [spec.schema for spec in load_tools(cfg)])
     check_datasets(cfg, dataset, val_dataset)
     cfg = steps_from_epochs(cfg, len(dataset))
