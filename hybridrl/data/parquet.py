@@ -214,6 +214,7 @@ def load_parquet_examples(
                     extra_info=f["extra_info"],
                     ability=f["ability"],
                     agent_name=f["agent_name"],
+                    messages=f["messages"],
                 )
             )
     logger.info(

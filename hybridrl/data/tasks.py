@@ -38,6 +38,7 @@ class Example:
     extra_info: dict | None = None
     ability: str | None = None
     agent_name: str | None = None  # the row's agent loop (multi-turn rollouts); None = the configured default
+    messages: list[dict] | None = None  # the chat messages the prompt was templated from (parquet rows)
 
 
 class Task:

@@ -33,6 +33,7 @@ from hybridrl.generation.engines.base import (
 from hybridrl.seeds import turn_seed
 from hybridrl.tools.calls import FORMATS, ToolCall
 from hybridrl.tools.config import ToolSpec
+from hybridrl.tools.interactions import InteractionSpec
 from hybridrl.tools.processes import ToolOutcome, ToolProcesses
 
 logger = logging.getLogger(__name__)
@@ -43,12 +44,26 @@ HERMES_CALL_END = "</tool_call>"
 _CONTEXT = [{"role": "user", "content": "?"}, {"role": "assistant", "content": "?"}]
 
 
+@dataclass(frozen=True)
+class AgentRow:
+    """What a row brings to its rollout besides its prompt tokens: its agent loop (None = the default), its
+    tools' ``create_kwargs`` (``extra_info.tools_kwargs``), its chat messages (``raw_prompt``: what an
+    interaction reads) and its ``extra_info.interaction_kwargs`` (``name`` picks the interaction)."""
+
+    agent: str | None = None
+    tools_kwargs: dict[str, Any] = field(default_factory=dict)
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    interaction_kwargs: dict[str, Any] = field(default_factory=dict)
+
+
 @dataclass
 class _Sample:
     row: int
     agent: AgentLoopName
     prompt: list[int]
     tools_kwargs: dict[str, Any]
+    messages: list[dict[str, Any]]  # the conversation as text, for an interaction
+    interaction_kwargs: dict[str, Any]
     tokens: list[int] = field(default_factory=list)  # the response: model and tool tokens
     mask: list[int] = field(default_factory=list)  # 1 = the model's token
     log_probs: list[float] = field(default_factory=list)
@@ -58,7 +73,9 @@ class _Sample:
     tool_errors: int = 0
     tool_timeouts: int = 0
     tool_rewards: list[float] = field(default_factory=list)
+    turn_scores: list[float] = field(default_factory=list)  # an interaction's score of each user turn
     waiting: dict[int, ToolOutcome | None] = field(default_factory=dict)  # call id -> outcome, in call order
+    asking: bool = False  # the call waited for is the interaction's user turn
 
 
 @dataclass(frozen=True)
@@ -72,9 +89,11 @@ class AgentStats:
     tool_timeouts: list[int]
     tool_rewards: list[float]
     tokens_per_turn: list[float]
+    turn_scores: list[list[float]] = field(default_factory=list)
 
     def columns(self) -> dict[str, list]:
         return {
+            "turn_scores": self.turn_scores,
             "num_turns": self.num_turns,
             "tool_calls": self.tool_calls,
             "tool_errors": self.tool_errors,
@@ -108,6 +127,7 @@ class AgentLoop:
         pad_token_id: int,
         default_agent: AgentLoopName = AgentLoopName.single_turn_agent,
         turn_by_turn: bool = False,
+        interactions: Sequence[InteractionSpec] = (),
     ) -> None:
         """``turn_by_turn`` (``rollout.mode=sync``): every model turn waits until all tool calls of the turn
         before have answered, so which samples share a generation call, and with it every float, repeats run to
@@ -121,6 +141,7 @@ class AgentLoop:
         self.default_agent = default_agent
         self.turn_by_turn = turn_by_turn
         self.parse = FORMATS[str(cfg.format)]
+        self.interactions = {spec.name: spec for spec in interactions}
         self.processes = ToolProcesses(
             list(tools), cfg.tool_num_workers, cfg.tool_timeout_s, cfg.tool_max_response_bytes
         )
@@ -136,18 +157,23 @@ class AgentLoop:
         self,
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor,
-        agents: Sequence[str | None],
-        tools_kwargs: Sequence[dict[str, Any]],
+        rows: Sequence[AgentRow],
         sampling: SamplingConfig,
         seed: int,
     ) -> tuple[dict[str, torch.Tensor], AgentStats]:
         """Roll out every row (left-padded prompts (B, P)) to the end of its conversation; the trainer's
         columns, right-padded to ``max_response_length``, and the per-sample statistics."""
+        prompts = prompt_token_lists(input_ids.cpu(), attention_mask.cpu())
         samples = [
-            _Sample(row, AgentLoopName(agent or self.default_agent), prompt, dict(kwargs or {}))
-            for row, (prompt, agent, kwargs) in enumerate(
-                zip(prompt_token_lists(input_ids.cpu(), attention_mask.cpu()), agents, tools_kwargs, strict=True)
+            _Sample(
+                i,
+                AgentLoopName(row.agent or self.default_agent),
+                prompt,
+                dict(row.tools_kwargs or {}),
+                list(row.messages or []),
+                dict(row.interaction_kwargs or {}),
             )
+            for i, (prompt, row) in enumerate(zip(prompts, rows, strict=True))
         ]
         by_call: dict[int, _Sample] = {}
         ready = list(samples)
@@ -163,7 +189,7 @@ class AgentLoop:
             for call_id, outcome in finished:
                 sample = by_call.pop(call_id)
                 sample.waiting[call_id] = outcome
-                if all(o is not None for o in sample.waiting.values()) and self._tool_turn(sample):
+                if all(o is not None for o in sample.waiting.values()) and self._answered(sample):
                     ready.append(sample)
             ready.sort(key=lambda s: s.row)
         return self._columns(samples, input_ids, attention_mask), _stats(samples)
@@ -207,34 +233,62 @@ class AgentLoop:
             sample.mask += [1] * n
             sample.log_probs += out["rollout_log_probs"][i, :n].tolist()
             sample.assistant_turns += 1
-            for call in self._calls(sample, turn):
-                call_id = self._next_call
-                self._next_call += 1
-                sample.waiting[call_id] = None
-                by_call[call_id] = sample
+            sample.messages.append(
+                {"role": "assistant", "content": self.tokenizer.decode(turn, skip_special_tokens=True)}
+            )
+            if not self._goes_on(sample):
+                continue
+            calls = self._calls(sample, turn)
+            for call in calls:
                 create_kwargs = dict((sample.tools_kwargs.get(call.name) or {}).get("create_kwargs") or {})
-                self.processes.submit(call_id, call, create_kwargs)
+                self.processes.submit(self._wait(sample, by_call), call, create_kwargs)
+            interaction = self.interactions.get(str(sample.interaction_kwargs.get("name")))
+            if not calls and interaction is not None:  # no tool call: the simulated user answers (verl's order)
+                sample.asking = True
+                call_id = self._wait(sample, by_call)
+                self.processes.submit_user_turn(call_id, interaction, sample.interaction_kwargs, list(sample.messages))
 
-    def _calls(self, sample: _Sample, turn: list[int]) -> list[ToolCall]:
-        """The tool calls of the model's last turn that run, or none where the conversation ends here."""
+    def _wait(self, sample: _Sample, by_call: dict[int, _Sample]) -> int:
+        """A new call id, whose outcome ``sample`` waits for."""
+        call_id = self._next_call
+        self._next_call += 1
+        sample.waiting[call_id] = None
+        by_call[call_id] = sample
+        return call_id
+
+    def _goes_on(self, sample: _Sample) -> bool:
+        """Whether the conversation goes on after the model's last turn: a tool agent within its budgets."""
         cfg = self.cfg
-        if (
+        return not (
             sample.agent == AgentLoopName.single_turn_agent
             or len(sample.tokens) >= self.max_response_length
             or (cfg.max_assistant_turns is not None and sample.assistant_turns >= cfg.max_assistant_turns)
             or (cfg.max_user_turns is not None and sample.user_turns >= cfg.max_user_turns)
-        ):
-            return []
-        calls = self.parse(self.tokenizer.decode(turn, skip_special_tokens=False))
-        sample.tool_calls += len(calls[: cfg.max_parallel_calls])
-        return calls[: cfg.max_parallel_calls]
+        )
 
-    def _tool_turn(self, sample: _Sample) -> bool:
-        """The tools' answers join the sample's context (mask 0); False where they would not fit (the
-        conversation ends, as in verl)."""
+    def _calls(self, sample: _Sample, turn: list[int]) -> list[ToolCall]:
+        """The tool calls of the model's last turn that run (at most ``max_parallel_calls``)."""
+        calls = self.parse(self.tokenizer.decode(turn, skip_special_tokens=False))[: self.cfg.max_parallel_calls]
+        sample.tool_calls += len(calls)
+        return calls
+
+    def _answered(self, sample: _Sample) -> bool:
+        """The answers ``sample`` waited for join its context (mask 0): the tools', or the simulated user's.
+        False where the conversation ends here: the answers would not fit (as in verl), the user ends it, or
+        the user's turn failed."""
+        outcomes = [o for o in sample.waiting.values() if o is not None]
+        sample.waiting = {}
+        if sample.asking:
+            sample.asking = False
+            (outcome,) = outcomes
+            if outcome.error is not None:
+                sample.tool_errors += 1
+                sample.tool_timeouts += outcome.timed_out
+                return False
+            sample.turn_scores.append(outcome.reward)
+            return self._append(sample, [{"role": "user", "content": outcome.text}]) and not outcome.terminate
         messages = []
-        for outcome in sample.waiting.values():
-            assert outcome is not None
+        for outcome in outcomes:
             if outcome.error is not None:
                 sample.tool_errors += 1
                 sample.tool_timeouts += outcome.timed_out
@@ -244,7 +298,12 @@ class AgentLoop:
                 outcome.text, self.cfg.max_tool_response_length, self.cfg.tool_response_truncate_side
             )
             messages.append({"role": "tool", "content": text})
-        sample.waiting = {}
+        return self._append(sample, messages)
+
+    def _append(self, sample: _Sample, messages: list[dict[str, Any]]) -> bool:
+        """``messages`` (tools' or the user's) rendered into the sample's context, untrained; False where they
+        would not fit."""
+        sample.messages += messages
         ids = self._render(messages)
         if len(sample.tokens) + len(ids) >= self.max_response_length:
             return False
@@ -325,4 +384,5 @@ def _stats(samples: list[_Sample]) -> AgentStats:
         tool_timeouts=[s.tool_timeouts for s in samples],
         tool_rewards=[float(sum(s.tool_rewards)) for s in samples],
         tokens_per_turn=[sum(s.mask) / max(s.assistant_turns, 1) for s in samples],
+        turn_scores=[list(s.turn_scores) for s in samples],
     )

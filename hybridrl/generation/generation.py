@@ -11,7 +11,7 @@ import torch
 from hybridrl.config.choices import RolloutMode
 from hybridrl.config.schema import ModelConfig, RolloutConfig
 from hybridrl.engine.context import DataLayout, WorkerContext
-from hybridrl.generation.agent_loop import AgentLoop
+from hybridrl.generation.agent_loop import AgentLoop, AgentRow
 from hybridrl.generation.engines.base import EngineSite, GenerationRequest
 from hybridrl.generation.engines.factory import build_rollout_engine
 from hybridrl.generation.weight_channel import ChannelPlan, WeightChannel
@@ -19,12 +19,13 @@ from hybridrl.models.loader import empty_causal_lm, load_tokenizer
 from hybridrl.protocol import Batch
 from hybridrl.seeds import rank_sampling_seed
 from hybridrl.tools.config import load_tool_config
+from hybridrl.tools.interactions import load_interaction_config
 
 logger = logging.getLogger(__name__)
 
 #: The columns a generation takes: the prompts, and for multi-turn rollouts each row's agent loop and tools.
 GEN_KEYS = ["input_ids", "attention_mask", "position_ids"]
-AGENT_KEYS = ["agent_name", "tools_kwargs"]
+AGENT_KEYS = ["agent_name", "tools_kwargs", "raw_prompt", "interaction_kwargs"]
 
 
 def generation_inputs(batch: Batch, multi_turn: bool) -> Batch:
@@ -80,6 +81,11 @@ class Generation:
                 pad_token_id=self.tokenizer.pad_token_id,
                 default_agent=rollout.agent.default_agent_loop,
                 turn_by_turn=rollout.mode == RolloutMode.sync,
+                interactions=(
+                    load_interaction_config(multi_turn.interaction_config_path)
+                    if multi_turn.interaction_config_path
+                    else ()
+                ),
             )
             if multi_turn.enable
             else None
@@ -103,14 +109,14 @@ class Generation:
             attention_mask = batch.tensors["attention_mask"].to(self.ctx.device)
             columns: dict = {}
             if self.agent_loop is not None and "agent_name" in batch.non_tensors:
-                out, stats = self.agent_loop.run(
-                    input_ids,
-                    attention_mask,
-                    list(batch.non_tensors["agent_name"]),
-                    list(batch.non_tensors["tools_kwargs"]),
-                    sampling,
-                    seed,
-                )
+                nt = batch.non_tensors
+                rows = [
+                    AgentRow(agent, tools_kwargs, messages, interaction_kwargs)
+                    for agent, tools_kwargs, messages, interaction_kwargs in zip(
+                        *(nt[key] for key in AGENT_KEYS), strict=True
+                    )
+                ]
+                out, stats = self.agent_loop.run(input_ids, attention_mask, rows, sampling, seed)
                 columns = stats.columns()
             else:
                 request = GenerationRequest(

@@ -73,7 +73,7 @@ def import_tool_class(class_name: str) -> type:
     return cls
 
 
-def _one_line(text: str) -> str:
+def one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
@@ -82,7 +82,7 @@ def _check_class(class_name: str) -> str | None:
     try:
         cls = import_tool_class(class_name)
     except ImportError as exc:
-        problem = f"class {class_name!r} cannot be imported: {_one_line(str(exc))}; it must be importable from the Python path (PYTHONPATH)"
+        problem = f"class {class_name!r} cannot be imported: {one_line(str(exc))}; it must be importable from the Python path (PYTHONPATH)"
         if class_name.startswith("verl."):
             problem += (
                 f". verl's own tools other than {sorted(VERL_TOOL_CLASSES)} are not available: port it to "
@@ -98,23 +98,33 @@ def _check_class(class_name: str) -> str | None:
     return None
 
 
-def load_tool_config(path: str) -> list[ToolSpec]:
-    """The tools of verl's tool YAML at ``path``, each checked (schema, class importable, async lifecycle);
-    any problem is a one-line ValueError naming the file, the tool and the fix."""
-    where = f"Tool config {path} (actor_rollout_ref.rollout.multi_turn.tool_config_path)"
+def read_yaml_list(path: str, where: str, key: str, shape: str, kind: str) -> list:
+    """The non-empty list under ``key`` at the top of verl's ``kind`` YAML file at ``path`` (tools,
+    interactions); a missing file, bad YAML or no such list is a one-line ValueError starting with ``where``."""
     if not os.path.isfile(path):
-        raise ValueError(f"{where}: no such file; give the path of a verl-format tool YAML.")
+        raise ValueError(f"{where}: no such file; give the path of a verl-format {kind} YAML.")
     try:
         with open(path, encoding="utf-8") as f:
             data = yaml.safe_load(f)
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{where}: not valid YAML ({_one_line(str(exc))}); fix its syntax.") from None
-    tools = data.get("tools") if isinstance(data, dict) else None
-    if not isinstance(tools, list) or not tools:
-        raise ValueError(
-            f"{where}: no 'tools' list at the top; write tools: [{{class_name: ..., config: {{type: native}}, "
-            f"tool_schema: {{type: function, function: {{name: ..., ...}}}}}}, ...]."
-        )
+        raise ValueError(f"{where}: not valid YAML ({one_line(str(exc))}); fix its syntax.") from None
+    entries = data.get(key) if isinstance(data, dict) else None
+    if not isinstance(entries, list) or not entries:
+        raise ValueError(f"{where}: no '{key}' list at the top; write {shape}.")
+    return entries
+
+
+def load_tool_config(path: str) -> list[ToolSpec]:
+    """The tools of verl's tool YAML at ``path``, each checked (schema, class importable, async lifecycle);
+    any problem is a one-line ValueError naming the file, the tool and the fix."""
+    where = f"Tool config {path} (actor_rollout_ref.rollout.multi_turn.tool_config_path)"
+    tools = read_yaml_list(
+        path,
+        where,
+        "tools",
+        "tools: [{class_name: ..., config: {type: native}, tool_schema: {type: function, function: {name: ..., ...}}}, ...]",
+        "tool",
+    )
     specs: list[ToolSpec] = []
     for index, entry in enumerate(tools):
         specs.append(_read_tool(where, index, entry))

@@ -21,7 +21,7 @@ import pickle
 import subprocess
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing.connection import wait
 from typing import Any
 
@@ -29,10 +29,11 @@ from hybridrl.rewards.processes import ChildProcess, describe_exit
 from hybridrl.tools.base import BaseTool, ToolResponse
 from hybridrl.tools.calls import ToolCall
 from hybridrl.tools.config import ToolSpec, build_tool
+from hybridrl.tools.interactions import BaseInteraction, InteractionSpec, build_interaction
 
 logger = logging.getLogger(__name__)
 
-_RUN_KEY = 0  # the key of run_tool_call among the functions a child has been sent
+_TOOL_CALL, _USER_TURN = 0, 1  # the keys of run_tool_call and run_interaction_turn among a child's functions
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ class ToolOutcome:
     error: str | None = None
     metrics: dict = field(default_factory=dict)
     timed_out: bool = False  # the error is the call's deadline
+    terminate: bool = False  # an interaction's turn: the user ends the conversation
 
 
 def _failed(error: str, timed_out: bool = False) -> ToolOutcome:
@@ -53,6 +55,7 @@ def _failed(error: str, timed_out: bool = False) -> ToolOutcome:
 # --- in the child process -------------------------------------------------------------------------------
 
 _tools: dict[ToolSpec, BaseTool] = {}  # built once per child process
+_interactions: dict[InteractionSpec, BaseInteraction] = {}
 _loop: asyncio.AbstractEventLoop | None = None  # one event loop per child: a tool may keep loop-bound state
 
 
@@ -97,17 +100,46 @@ def _read_result(what: str, result: Any, max_response_bytes: int) -> ToolOutcome
 def run_tool_call(spec: ToolSpec, arguments: dict, create_kwargs: dict, max_response_bytes: int) -> ToolOutcome:
     """One call in the child: create, execute, release on the child's event loop. An exception of the tool is
     an error outcome; a ``sys.exit`` is not caught, so it ends the process like a crash (the driver says so)."""
-    global _loop
     what = f"tool {spec.name!r} ({spec.class_name})"
     try:
         if spec not in _tools:
             _tools[spec] = build_tool(spec)
-        if _loop is None:
-            _loop = asyncio.new_event_loop()
-        result = _loop.run_until_complete(_create_execute_release(_tools[spec], arguments, create_kwargs))
+        result = _on_loop(_create_execute_release(_tools[spec], arguments, create_kwargs))
     except Exception as exc:
         return _failed(f"{what} raised {type(exc).__name__}: {exc}")
     return _read_result(what, result, max_response_bytes)
+
+
+def _on_loop(coroutine: Any) -> Any:
+    """``coroutine`` run to its end on the child's one event loop (a tool may keep loop-bound state)."""
+    global _loop
+    if _loop is None:
+        _loop = asyncio.new_event_loop()
+    return _loop.run_until_complete(coroutine)
+
+
+async def _interaction_turn(interaction: BaseInteraction, kwargs: dict, messages: list[dict]) -> Any:
+    instance_id = await interaction.start_interaction(None, **kwargs)
+    try:
+        return await interaction.generate_response(instance_id, messages, **kwargs)
+    finally:
+        await interaction.finalize_interaction(instance_id)
+
+
+def run_interaction_turn(
+    spec: InteractionSpec, kwargs: dict, messages: list[dict], max_response_bytes: int
+) -> ToolOutcome:
+    """One user turn in the child: start the interaction with the row's ``interaction_kwargs``, answer the
+    conversation so far, finalize. Its message is ``text``, its score ``reward``, its wish to end ``terminate``."""
+    what = f"interaction {spec.name!r} ({spec.class_name})"
+    try:
+        if spec not in _interactions:
+            _interactions[spec] = build_interaction(spec)
+        terminate, text, score, metrics = _on_loop(_interaction_turn(_interactions[spec], kwargs, messages))
+    except Exception as exc:
+        return _failed(f"{what} raised {type(exc).__name__}: {exc}")
+    outcome = _read_result(what, (str(text), score if score is not None else 0.0, metrics), max_response_bytes)
+    return replace(outcome, terminate=bool(terminate))
 
 
 # --- in the driver ----------------------------------------------------------------------------------------
@@ -115,11 +147,18 @@ def run_tool_call(spec: ToolSpec, arguments: dict, create_kwargs: dict, max_resp
 
 @dataclass
 class _Call:
+    """A queued or running call: a tool's (``_TOOL_CALL``) or an interaction's turn (``_USER_TURN``), run in the
+    child as ``function(*args, max_response_bytes)``."""
+
     call_id: int
-    spec: ToolSpec
-    arguments: dict
-    create_kwargs: dict
+    name: str
+    function: int
+    args: tuple
     deadline: float = math.inf  # set when a child starts it
+
+    @property
+    def what(self) -> str:
+        return f"{'tool' if self.function == _TOOL_CALL else 'interaction'} {self.name!r}"
 
 
 class ToolProcesses:
@@ -136,7 +175,8 @@ class ToolProcesses:
         self.num_workers = num_workers
         self.timeout_s = timeout_s
         self.max_response_bytes = max_response_bytes
-        self._run_blob = pickle.dumps(run_tool_call)  # by reference: the child imports this module
+        # by reference: the child imports this module
+        self._blobs = {_TOOL_CALL: pickle.dumps(run_tool_call), _USER_TURN: pickle.dumps(run_interaction_turn)}
         self._children: list[ChildProcess] = []  # started on first use
         self._running: dict[ChildProcess, _Call] = {}
         self._queue: deque[_Call] = deque()
@@ -150,8 +190,14 @@ class ToolProcesses:
             known = ", ".join(sorted(self.specs)) or "none"
             self._finish(call_id, call.name, _failed(f"there is no tool {call.name!r}; the tools are: {known}"))
         else:
-            self._queue.append(_Call(call_id, self.specs[call.name], call.arguments, create_kwargs))
+            spec = self.specs[call.name]
+            self._queue.append(_Call(call_id, spec.name, _TOOL_CALL, (spec, call.arguments, create_kwargs)))
             self._dispatch()
+
+    def submit_user_turn(self, call_id: int, spec: InteractionSpec, kwargs: dict, messages: list[dict]) -> None:
+        """Queue an interaction's answer to ``messages`` (the conversation so far), with the tools' deadline."""
+        self._queue.append(_Call(call_id, spec.name, _USER_TURN, (spec, kwargs, messages)))
+        self._dispatch()
 
     def collect(self, block: bool, until: float | None = None) -> list[tuple[int, ToolOutcome]]:
         """The calls finished since the last collect. ``block``: wait until one finishes or a running call's
@@ -194,18 +240,18 @@ class ToolProcesses:
             if not idle:
                 return
             child, call = idle[0], self._queue.popleft()
-            args = (call.spec, call.arguments, call.create_kwargs, self.max_response_bytes)
+            args = (*call.args, self.max_response_bytes)
             try:
-                if _RUN_KEY not in child.known:
-                    child.outbox.send(("fn", _RUN_KEY, self._run_blob))
-                    child.known.add(_RUN_KEY)
-                child.outbox.send(("call", call.call_id, _RUN_KEY, args))
+                if call.function not in child.known:
+                    child.outbox.send(("fn", call.function, self._blobs[call.function]))
+                    child.known.add(call.function)
+                child.outbox.send(("call", call.call_id, call.function, args))
             except OSError:  # it died while idle (killed from outside): a fresh process takes the call
                 self._queue.appendleft(call)
                 self._replace(child)
                 continue
             except Exception as exc:  # create_kwargs that do not pickle (pickling comes before writing)
-                self._finish(call.call_id, call.spec.name, _failed(f"its create_kwargs cannot be sent: {exc}"))
+                self._finish(call.call_id, call.name, _failed(f"its arguments cannot be sent: {exc}"))
                 continue
             call.deadline = time.monotonic() + self.timeout_s
             child.running = call.call_id
@@ -227,8 +273,8 @@ class ToolProcesses:
                 self._replace(child)
             else:
                 if error is not None:  # the call itself failed outside the tool (its spec did not unpickle)
-                    outcome = _failed(f"tool {call.spec.name!r} could not run: {error}")
-            self._finish(call.call_id, call.spec.name, outcome)
+                    outcome = _failed(f"{call.what} could not run: {error}")
+            self._finish(call.call_id, call.name, outcome)
 
     def _expire(self, now: float) -> None:
         """Calls past their deadline: an error each, and their processes are replaced."""
@@ -238,9 +284,9 @@ class ToolProcesses:
                 self._replace(child)
                 self._finish(
                     call.call_id,
-                    call.spec.name,
+                    call.name,
                     _failed(
-                        f"tool {call.spec.name!r} did not return within "
+                        f"{call.what} did not return within "
                         f"actor_rollout_ref.rollout.multi_turn.tool_timeout_s={self.timeout_s:g} s",
                         timed_out=True,
                     ),

@@ -42,6 +42,7 @@ from hybridrl.planning.memory import run_plan
 from hybridrl.rewards.registry import REWARD_FNS
 from hybridrl.rewards.scorer import RewardScorer
 from hybridrl.tools.config import ToolSpec, load_tool_config
+from hybridrl.tools.interactions import InteractionSpec, load_interaction_config
 from hybridrl.trainer.checkpointing import Checkpointing
 from hybridrl.trainer.ppo_trainer import PPOTrainer
 from hybridrl.trainer.rewarding import RewardStep
@@ -93,6 +94,17 @@ def load_tools(cfg: Config) -> list[ToolSpec]:
         raise ConfigError(f"actor_rollout_ref.rollout.multi_turn.tool_config_path: {exc}") from None
 
 
+def load_interactions(cfg: Config) -> list[InteractionSpec]:
+    """The multi-turn rollouts' simulated users, read in the driver for the same reason as the tools."""
+    multi_turn = cfg.actor_rollout_ref.rollout.multi_turn
+    if not (multi_turn.enable and multi_turn.interaction_config_path):
+        return []
+    try:
+        return load_interaction_config(multi_turn.interaction_config_path)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
 def check_datasets(cfg: Config, dataset: PromptDataset, val_dataset: PromptDataset | None) -> None:
     """What only the loaded data can tell, answered before Ray starts (workers take ~20 s to come up)."""
     per_round = cfg.data.gen_batch_size if cfg.algorithm.filter_groups.enable and cfg.data.gen_batch_size else 0
@@ -117,6 +129,14 @@ def check_datasets(cfg: Config, dataset: PromptDataset, val_dataset: PromptDatas
         raise ConfigError(
             "actor_rollout_ref.rollout.multi_turn.tool_config_path is not set, so the tool_agent rows have no tools: "
             "give a verl-format tool YAML (e.g. examples/tools/lookup_tool_config.yaml for data.task=lookup)."
+        )
+    named = {str(((e.extra_info or {}).get("interaction_kwargs") or {}).get("name")) for e in dataset.examples}
+    named -= {"None"}
+    known = {spec.name for spec in load_interactions(cfg)}
+    if known and named - known:
+        raise ConfigError(
+            f"The prompts' extra_info.interaction_kwargs.name {sorted(named - known)} is not an interaction of "
+            f"actor_rollout_ref.rollout.multi_turn.interaction_config_path (it has {sorted(known)}): name one of those."
         )
     if cfg.custom_reward_function.path or (cfg.reward_model.enable and not cfg.reward_model.use_rule_reward):
         return

@@ -32,15 +32,19 @@ class Rewards:
 
 def extra_infos(nt: dict[str, Any]) -> Any:
     """Each row's ``extra_info`` as the reward function gets it: with multi-turn rollouts verl adds the
-    sample's ``num_turns`` (and hybridrl its ``tool_calls``), so a reward can tell a tool's answer from text
-    the model wrote itself."""
+    sample's ``num_turns`` (and hybridrl its ``tool_calls`` and an interaction's ``turn_scores``), so a reward can
+    tell a tool's answer from text the model wrote itself."""
     if "num_turns" not in nt:
         return nt.get("extra_info")
     rows = nt.get("extra_info")
     return [
-        {**(extra or {}), "num_turns": int(turns), "tool_calls": int(calls)}
-        for extra, turns, calls in zip(
-            rows if rows is not None else [None] * len(nt["num_turns"]), nt["num_turns"], nt["tool_calls"], strict=True
+        {**(extra or {}), "num_turns": int(turns), "tool_calls": int(calls), "turn_scores": list(scores)}
+        for extra, turns, calls, scores in zip(
+            rows if rows is not None else [None] * len(nt["num_turns"]),
+            nt["num_turns"],
+            nt["tool_calls"],
+            nt["turn_scores"],
+            strict=True,
         )
     ]
 

@@ -187,6 +187,9 @@ def test_overlong_truncation_left_and_right(tmp_path):
         data_source="openai/gsm8k",
         extra_info={"split": "train", "index": 0},
         ability="math",
+        messages=[
+            {"role": "user", "content": "0123456789" * 3}
+        ],  # the row's own, untruncated (an interaction reads them)
     )
     assert len(tok(left.prompt, add_special_tokens=False)["input_ids"]) == 32
     assert short.prompt == "<|user|>short\n<|assistant|>"

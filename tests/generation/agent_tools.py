@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from hybridrl.tools.base import BaseTool, ToolResponse
+from hybridrl.tools.interactions import BaseInteraction
 
 
 class BehaviourTool(BaseTool):
@@ -28,3 +29,14 @@ class BehaviourTool(BaseTool):
         if self.do == "big":
             return ToolResponse(text="7" * 10_000_000), 0.0, {}
         return ToolResponse(text="42"), 0.5, {}
+
+
+class PatientUser(BaseInteraction):
+    """A simulated user who answers each model turn with its ``reply`` and a score of the turn's number, and
+    ends the conversation at the ``patience``-th answer."""
+
+    async def generate_response(
+        self, instance_id: str, messages: list[dict], **kwargs: Any
+    ) -> tuple[bool, str, float, dict]:
+        answers = sum(m["role"] == "assistant" for m in messages)
+        return answers >= kwargs["patience"], kwargs["reply"], float(answers), {}

@@ -18,10 +18,12 @@ from hybridrl.config.choices import TruncateSide
 from hybridrl.config.schema import MultiTurnConfig, SamplingConfig
 from hybridrl.data.dataset import PromptDataset
 from hybridrl.data.tasks import Example, LookupTask
-from hybridrl.generation.agent_loop import AgentLoop, AgentStats, truncate_tool_text
+from hybridrl.generation.agent_loop import AgentLoop, AgentRow, AgentStats, truncate_tool_text
 from hybridrl.generation.engines.base import GenerationRequest, RolloutEngine
 from hybridrl.generation.engines.hf import HFRolloutEngine
+from hybridrl.generation.generation import AGENT_KEYS
 from hybridrl.tools.config import load_tool_config
+from hybridrl.tools.interactions import load_interaction_config
 from tests.tiny_models import tiny
 
 SAMPLING = SamplingConfig(do_sample=True, temperature=1.0, top_k=0, top_p=1.0)
@@ -51,35 +53,38 @@ def run_agent_loop(
     tools: Path,
     examples: list[Example],
     turn_by_turn: bool = False,
-    **multi_turn,
+    interactions: Path | None = None,
+    response_length: int = RESPONSE,
+    **multi_turn: Any,
 ) -> tuple[dict[str, torch.Tensor], AgentStats]:
-    """``examples`` rolled out by the agent loop on ``engine`` (the tools of ``tools``, calls ending a turn)."""
+    """``examples`` rolled out by the agent loop on ``engine`` (the tools of ``tools``, calls ending a turn;
+    the simulated users of ``interactions``)."""
     batch = PromptDataset(examples, tokenizer, 8).collate(list(range(len(examples))))
     cfg = MultiTurnConfig(enable=True, tool_config_path=str(tools), stop_after_tool_call=True, **multi_turn)
-    tool_specs = load_tool_config(str(tools))
     loop = AgentLoop(
-        cfg, tool_specs, engine, tokenizer, max_response_length=RESPONSE, pad_token_id=0, turn_by_turn=turn_by_turn
+        cfg,
+        load_tool_config(str(tools)),
+        engine,
+        tokenizer,
+        max_response_length=response_length,
+        pad_token_id=0,
+        turn_by_turn=turn_by_turn,
+        interactions=load_interaction_config(str(interactions)) if interactions else (),
     )
+    nt = batch.non_tensors
+    rows = [AgentRow(*values) for values in zip(*(nt[key] for key in AGENT_KEYS), strict=True)]
     try:
-        return loop.run(
-            batch.tensors["input_ids"],
-            batch.tensors["attention_mask"],
-            list(batch.non_tensors["agent_name"]),
-            list(batch.non_tensors["tools_kwargs"]),
-            SAMPLING,
-            seed=5,
-        )
+        return loop.run(batch.tensors["input_ids"], batch.tensors["attention_mask"], rows, SAMPLING, seed=5)
     finally:
         loop.close()
 
 
-def rollout(model_dir: str, tools: Path, examples: list[Example], turn_by_turn: bool = False, **multi_turn):
+def rollout(model_dir: str, tools: Path, examples: list[Example], **options: Any):
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    engine = RecordingEngine(
-        AutoModelForCausalLM.from_pretrained(model_dir), tokenizer.pad_token_id, tokenizer.eos_token_id
-    )
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    engine = RecordingEngine(model, tokenizer.pad_token_id, tokenizer.eos_token_id)
     engine.calls = []
-    out, stats = run_agent_loop(engine, tokenizer, tools, examples, turn_by_turn, **multi_turn)
+    out, stats = run_agent_loop(engine, tokenizer, tools, examples, **options)
     return out, stats, engine, tokenizer
 
 
@@ -226,3 +231,22 @@ def test_a_slow_tool_holds_back_only_its_own_sample_in_async_mode(
         assert first_fast == first_slow
     else:  # the fast tool's samples went on while the slow tool ran
         assert first_fast < first_slow and not calls[first_fast][1]
+
+
+def test_a_simulated_user_answers_turns_without_a_tool_call_until_it_ends_the_conversation(
+    model_dir: str, tmp_path: Path
+) -> None:
+    users = tmp_path / "interactions.yaml"
+    users.write_text("interaction:\n  - name: patient\n    class_name: tests.generation.agent_tools.PatientUser\n")
+    kwargs = {"name": "patient", "reply": "12", "patience": 2}
+    examples = [Example("?=", "1", "lookup", {"interaction_kwargs": kwargs}, agent_name="tool_agent")] * 16
+    out, stats, _, tokenizer = rollout(
+        model_dir, behaviour_tools(tmp_path), examples, interactions=users, response_length=96
+    )
+    reply = tokenizer.encode("12", add_special_tokens=False)
+    context = out["attention_mask"][:, out["prompts"].shape[1] :].bool()
+    talked = [r for r in range(len(examples)) if stats.tool_calls[r] == 0 and len(stats.turn_scores[r]) == 2]
+    assert talked, stats
+    for r in talked:  # the user answered each model turn (scored with the turn's number), then ended it
+        assert stats.turn_scores[r] == [1.0, 2.0] and stats.num_turns[r] == 2 + 2 + 1
+        assert out["responses"][r][context[r] & ~out["response_mask"][r].bool()].tolist() == reply * 2

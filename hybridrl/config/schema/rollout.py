@@ -52,6 +52,11 @@ class MultiTurnConfig:
         False, "multi-turn rollouts: rows whose agent_name is tool_agent call the tools of tool_config_path"
     )
     tool_config_path: str | None = doc(None, "verl-format tool YAML (tools: class_name, config, tool_schema)")
+    interaction_config_path: str | None = doc(
+        None,
+        "verl-format interaction YAML (interaction: name, class_name, config): a simulated user answers model "
+        "turns without a tool call, for rows whose extra_info.interaction_kwargs.name names it",
+    )
     format: ToolCallFormat = doc(
         ToolCallFormat.hermes, "how the model writes a call: hermes = <tool_call>{json}</tool_call>"
     )

@@ -297,10 +297,6 @@ VERL_ANSWERS: tuple[tuple[str, str], ...] = (
     ("actor_rollout_ref.rollout.val_kwargs._target_", _TARGET),
     ("actor_rollout_ref.rollout.multi_turn._target_", _TARGET),
     (
-        "actor_rollout_ref.rollout.multi_turn.interaction_config_path",
-        "not supported yet: simulated users (interactions) in multi-turn rollouts; tools are",
-    ),
-    (
         "actor_rollout_ref.rollout.multi_turn.tokenization_sanity_check_mode",
         "not needed in hybridrl: the trajectory keeps the tokens as generated; nothing is re-tokenized to check",
     ),
