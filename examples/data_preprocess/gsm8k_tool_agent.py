@@ -6,7 +6,8 @@
 
 The rows of ``gsm8k.py`` (same columns, same prompt, same reward) with what verl's tool datasets add:
 ``agent_name`` ``tool_agent`` (the row's agent loop) and ``extra_info.tools_kwargs.calc_gsm8k_reward.create_kwargs.ground_truth`` (what
-the tool is created with). The model learns of the tool from the chat template, which hybridrl renders with
+the tool is created with), and ``extra_info.interaction_kwargs`` for verl's GSM8K user
+(``gsm8k_interaction_config.yaml``). The model learns of the tool from the chat template, which hybridrl renders with
 the tools' schemas (Qwen's lists them in its system block), so the rows add no system message. Train with ``actor_rollout_ref.rollout.multi_turn.enable=true`` and
 ``multi_turn.tool_config_path`` naming verl's ``gsm8k_tool_config.yaml`` (its class
 ``verl.tools.gsm8k_tool.Gsm8kTool`` runs as ``hybridrl.tools.gsm8k.Gsm8kTool``).
@@ -33,7 +34,12 @@ def convert_row(row: dict[str, Any], index: int, split: str) -> dict[str, Any]:
     out = gsm8k.convert_row(row, index, split)
     out["agent_name"] = "tool_agent"
     ground_truth = out["reward_model"]["ground_truth"]
-    out["extra_info"] = {**out["extra_info"], "tools_kwargs": {TOOL: {"create_kwargs": {"ground_truth": ground_truth}}}}
+    out["extra_info"] = {
+        **out["extra_info"],
+        "tools_kwargs": {TOOL: {"create_kwargs": {"ground_truth": ground_truth}}},
+        # verl's gsm8k user (multi_turn.interaction_config_path), for runs that add one
+        "interaction_kwargs": {"name": "gsm8k", "query": row["question"], "ground_truth": ground_truth},
+    }
     return out
 
 
