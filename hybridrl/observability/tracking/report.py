@@ -226,6 +226,17 @@ def _plots(rows: Rows) -> list[tuple[str, str | None, str]]:
         ],
         "Response length in tokens, EOS included (band: min to max).",
     )
+    if _has(rows, "tool_calls/mean"):  # multi-turn rollouts only: no empty panel on single-turn runs
+        add(
+            "Tool use",
+            ["tool_calls/mean"],
+            lambda: [
+                (_lines(rows, ["tool_calls/mean", "tool_calls/samples_with_call"]), "calls per sample"),
+                (_line_with_band(rows, "num_turns/mean", "turns", "num_turns/min", "num_turns/max"), "turns"),
+            ],
+            "tool_calls/mean: tool calls per sample; samples_with_call: the share of samples that called one; "
+            "num_turns: model, tool and user turns plus the prompt, as verl counts them (band: min to max).",
+        )
     val_keys = sorted({k for row in rows for k in row if k.startswith("val-core/")})
     add(
         "Validation",
