@@ -53,9 +53,7 @@ class PromptDataset:
                 "prompt_text": [r.prompt for r in rows],
                 "extra_info": [r.extra_info for r in rows],
                 "agent_name": [r.agent_name for r in rows],
-                "tools_kwargs": [(r.extra_info or {}).get("tools_kwargs") or {} for r in rows],
                 "raw_prompt": [r.messages or [{"role": "user", "content": r.prompt}] for r in rows],
-                "interaction_kwargs": [(r.extra_info or {}).get("interaction_kwargs") or {} for r in rows],
                 "index": list(indices),
             },
         )

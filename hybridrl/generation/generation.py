@@ -23,17 +23,23 @@ from hybridrl.tools.interactions import load_interaction_config
 
 logger = logging.getLogger(__name__)
 
-#: The columns a generation takes: the prompts, and for multi-turn rollouts each row's agent loop and tools.
+#: The columns a generation takes: the prompts, and for multi-turn rollouts each row's ``AgentRow``.
 GEN_KEYS = ["input_ids", "attention_mask", "position_ids"]
-AGENT_KEYS = ["agent_name", "tools_kwargs", "raw_prompt", "interaction_kwargs"]
+AGENT_ROW = "agent_row"
 
 
 def generation_inputs(batch: Batch, multi_turn: bool) -> Batch:
-    """What the generating workers get of ``batch`` (the prompt columns leave it; the agent columns are
-    copied, since the reward reads them too)."""
+    """What the generating workers get of ``batch``: its prompt columns (they leave it), and for multi-turn
+    rollouts each row's agent loop, tools' and interaction's kwargs (from ``extra_info``) and chat messages."""
     gen_in = batch.pop(tensor_keys=GEN_KEYS)
     if multi_turn:
-        gen_in.non_tensors.update(batch.select(tensor_keys=[], non_tensor_keys=AGENT_KEYS, meta_keys=[]).non_tensors)
+        nt = batch.non_tensors
+        extras = [extra or {} for extra in nt["extra_info"]]
+        rows = [
+            AgentRow(agent, extra.get("tools_kwargs") or {}, list(messages), extra.get("interaction_kwargs") or {})
+            for agent, extra, messages in zip(nt["agent_name"], extras, nt["raw_prompt"], strict=True)
+        ]
+        gen_in.union(Batch.from_dict(non_tensors={AGENT_ROW: rows}))
     return gen_in
 
 
@@ -108,14 +114,8 @@ class Generation:
             input_ids = batch.tensors["input_ids"].to(self.ctx.device)
             attention_mask = batch.tensors["attention_mask"].to(self.ctx.device)
             columns: dict = {}
-            if self.agent_loop is not None and "agent_name" in batch.non_tensors:
-                nt = batch.non_tensors
-                rows = [
-                    AgentRow(agent, tools_kwargs, messages, interaction_kwargs)
-                    for agent, tools_kwargs, messages, interaction_kwargs in zip(
-                        *(nt[key] for key in AGENT_KEYS), strict=True
-                    )
-                ]
+            if self.agent_loop is not None and AGENT_ROW in batch.non_tensors:
+                rows = list(batch.non_tensors[AGENT_ROW])
                 out, stats = self.agent_loop.run(input_ids, attention_mask, rows, sampling, seed)
                 columns = stats.columns()
             else:

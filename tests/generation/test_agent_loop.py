@@ -18,10 +18,10 @@ from hybridrl.config.choices import TruncateSide
 from hybridrl.config.schema import MultiTurnConfig, SamplingConfig
 from hybridrl.data.dataset import PromptDataset
 from hybridrl.data.tasks import Example, LookupTask
-from hybridrl.generation.agent_loop import AgentLoop, AgentRow, AgentStats, truncate_tool_text
+from hybridrl.generation.agent_loop import AgentLoop, AgentStats, truncate_tool_text
 from hybridrl.generation.engines.base import GenerationRequest, RolloutEngine
 from hybridrl.generation.engines.hf import HFRolloutEngine
-from hybridrl.generation.generation import AGENT_KEYS
+from hybridrl.generation.generation import AGENT_ROW, generation_inputs
 from hybridrl.tools.config import load_tool_config
 from hybridrl.tools.interactions import load_interaction_config
 from tests.tiny_models import tiny
@@ -71,10 +71,10 @@ def run_agent_loop(
         turn_by_turn=turn_by_turn,
         interactions=load_interaction_config(str(interactions)) if interactions else (),
     )
-    nt = batch.non_tensors
-    rows = [AgentRow(*values) for values in zip(*(nt[key] for key in AGENT_KEYS), strict=True)]
+    gen_in = generation_inputs(batch, multi_turn=True)  # as the trainer sends the generating workers
+    rows = list(gen_in.non_tensors[AGENT_ROW])
     try:
-        return loop.run(batch.tensors["input_ids"], batch.tensors["attention_mask"], rows, SAMPLING, seed=5)
+        return loop.run(gen_in.tensors["input_ids"], gen_in.tensors["attention_mask"], rows, SAMPLING, seed=5)
     finally:
         loop.close()
 

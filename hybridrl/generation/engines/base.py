@@ -53,7 +53,8 @@ class GenerationRequest:
     def stops(self, eos_token_id: int | Sequence[int] | None) -> list[int]:
         """The tokens that end a response: the model's end-of-sequence and the request's own stops (the agent
         loop ends a turn at a tool call's end), each kept as the response's last token."""
-        return eos_ids(eos_token_id) + [t for t in self.stop_token_ids if t not in eos_ids(eos_token_id)]
+        eos = eos_ids(eos_token_id)
+        return eos + [t for t in self.stop_token_ids if t not in eos]
 
     def seeds(self) -> list[int]:
         """One sampling seed per row. ``row_seeds`` (the agent loop's) make a row's tokens independent of the

@@ -87,7 +87,8 @@ class _RowSeededSampler(LogitsProcessor):
             logits = logits.masked_fill(logits < kth, -math.inf)
         if self.sampling.top_p < 1.0:
             ordered, order = torch.sort(logits, dim=-1, descending=True)
-            mass_before = torch.softmax(ordered, dim=-1).cumsum(-1) - torch.softmax(ordered, dim=-1)
+            ordered_probs = torch.softmax(ordered, dim=-1)
+            mass_before = ordered_probs.cumsum(-1) - ordered_probs
             dropped = torch.zeros_like(logits, dtype=torch.bool).scatter(1, order, mass_before > self.sampling.top_p)
             logits = logits.masked_fill(dropped, -math.inf)
         probs = torch.softmax(logits, dim=-1)
@@ -181,7 +182,7 @@ class HFRolloutEngine:
             else dict(do_sample=False, temperature=None, top_k=None, top_p=None)
         )
         temperature = sampling.temperature if sampling.do_sample else 1.0
-        seeds = request.seeds()
+        seeds = request.seeds() if row_seeded else []
         stops = request.stops(self.eos_token_id) or None
         generator_state = torch.random.get_rng_state()
         torch.manual_seed(request.seed)
