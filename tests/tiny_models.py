@@ -18,10 +18,12 @@ def tiny(directory: str | Path, **overrides: Any) -> str:
 
 
 # The built-in run with a critic, shaped as the default run was before it became GRPO (32 prompts x 4 samples,
-# mini-batches of 16): for the runs whose point is a critic (PPO's GAE), and whose figures were set on it.
+# mini-batches of 16, 2 epochs): for the runs whose point is a critic (PPO's GAE), and whose figures were set
+# on it.
 GAE_RUN = [
     "algorithm.adv_estimator=gae",
     "data.train_batch_size=32",
     "actor_rollout_ref.rollout.n=4",
     "actor_rollout_ref.actor.ppo_mini_batch_size=16",
+    "actor_rollout_ref.actor.ppo_epochs=2",
 ]

@@ -34,9 +34,12 @@ def test_grpo_learns_to_call_the_lookup_tool(tmp_path, shared_ray):
             f"trainer.output_dir={tmp_path}",
             "trainer.progress_bar=false",
             f"trainer.ray.address={shared_ray}",
+            # The example's first 120 of 200 steps: the model calls the tool in ~15 steps, and the score's 10-step
+            # mean is 0.1 at the start, 0.48 over steps 100-109 and 0.69 over 110-119 (measured 2026-12-07).
+            "trainer.total_steps=120",
         ]
     )
-    assert cfg.actor_rollout_ref.rollout.multi_turn.enable and cfg.trainer.total_steps == 200
+    assert cfg.actor_rollout_ref.rollout.multi_turn.enable
     run(cfg)
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     calls = [r["tool_calls/mean"] for r in rows]
