@@ -77,14 +77,3 @@ def shared_ray() -> str:
     stopping a cluster of its own (~5 CPU-seconds each on 2 cores). Sized as a run's own local cluster is on
     this machine (a CPU per core), so workers get the same torch threads."""
     return _SHARED.address()
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Modules with end-to-end runs (``slow``) first, each module's tests kept together and in order.
-
-    pytest-xdist hands tests out in this order, so the long runs (30-100 s each) start while there is plenty
-    left to balance them, and the many short unit tests fill both processes at the end. Collected by path,
-    the longest runs (tests/trainer) came last: one process ran the final run alone while the other sat idle
-    (23-66% of the 2 cores idle over the suite's last minute)."""
-    slow_modules = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.path not in slow_modules)

@@ -852,7 +852,7 @@ FOUND_BEFORE_RAY = [  # once found only after the workers started (~20 s): now b
             "actor_rollout_ref.rollout.multi_turn.tool_config_path={f}/tools_mcp.yaml",
         ],
         2,
-        r"tool_config_path: .*tools_mcp\.yaml.*MCP",
+        r"Tool config .*tools_mcp\.yaml \(actor_rollout_ref\.rollout\.multi_turn\.tool_config_path\): .*MCP",
         id="tool-config-mcp",
     ),
     pytest.param(
@@ -862,7 +862,7 @@ FOUND_BEFORE_RAY = [  # once found only after the workers started (~20 s): now b
             "actor_rollout_ref.rollout.multi_turn.tool_config_path={f}/tools_missing_class.yaml",
         ],
         2,
-        r"tool_config_path: .*hybridrl_no_such",
+        r"\(actor_rollout_ref\.rollout\.multi_turn\.tool_config_path\): .*hybridrl_no_such",
         id="tool-class-not-importable",
     ),
     pytest.param(

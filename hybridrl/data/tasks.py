@@ -58,8 +58,20 @@ class Task:
         raise NotImplementedError
 
 
+class DigitsTask(Task):
+    """A task about a random string of ``num_digits`` digits (the built-in tasks' ``data.task_kwargs``)."""
+
+    def __init__(self, num_digits: int = 3) -> None:
+        if num_digits < 1:
+            raise ValueError(f"num_digits={num_digits} must be at least 1")
+        self.num_digits = num_digits
+
+    def digits(self, rng: random.Random) -> str:
+        return "".join(rng.choice("0123456789") for _ in range(self.num_digits))
+
+
 @register_task("copy")
-class CopyTask(Task):
+class CopyTask(DigitsTask):
     """Prompt ``"314="``; the answer repeats the digits: ``"314"``.
 
     Reward is the fraction of the first ``num_digits`` response characters that equal the prompt's
@@ -68,13 +80,8 @@ class CopyTask(Task):
 
     name = "copy"
 
-    def __init__(self, num_digits: int = 3) -> None:
-        if num_digits < 1:
-            raise ValueError(f"num_digits={num_digits} must be at least 1")
-        self.num_digits = num_digits
-
     def example(self, rng: random.Random) -> Example:
-        digits = "".join(rng.choice("0123456789") for _ in range(self.num_digits))
+        digits = self.digits(rng)
         return Example(prompt=digits + "=", ground_truth=digits, data_source=self.name)
 
     def prompt_length(self) -> int:
@@ -97,7 +104,7 @@ LOOKUP_CALL = '<tool_call>{"name": "lookup", "arguments": {}}</tool_call>'
 
 
 @register_task("lookup")
-class LookupTask(Task):
+class LookupTask(DigitsTask):
     """Prompt ``"?="``; the answer is a secret of ``num_digits`` digits that only the ``lookup`` tool knows
     (each row's ``extra_info.tools_kwargs.lookup.create_kwargs.value``, as verl's tool datasets carry it), so a
     model scores above chance only by calling the tool and copying its answer. Scored like copy on the text
@@ -111,13 +118,8 @@ class LookupTask(Task):
     name = "lookup"
     tokens = (LOOKUP_CALL, "<tool_response>", "</tool_response>", "?")
 
-    def __init__(self, num_digits: int = 3) -> None:
-        if num_digits < 1:
-            raise ValueError(f"num_digits={num_digits} must be at least 1")
-        self.num_digits = num_digits
-
     def example(self, rng: random.Random) -> Example:
-        secret = "".join(rng.choice("0123456789") for _ in range(self.num_digits))
+        secret = self.digits(rng)
         return Example(
             prompt="?=",
             ground_truth=secret,

@@ -27,7 +27,7 @@ from hybridrl.config.schema import MultiTurnConfig, SamplingConfig
 from hybridrl.generation.engines.base import (
     GenerationRequest,
     RolloutEngine,
-    position_ids_from,
+    joined_columns,
     prompt_token_lists,
 )
 from hybridrl.seeds import turn_seed
@@ -340,16 +340,7 @@ class AgentLoop:
             response_mask[s.row, :n] = torch.tensor(s.mask[:n], dtype=torch.long)
             context_mask[s.row, :n] = 1
             log_probs[s.row, :n] = torch.tensor(s.log_probs[:n], dtype=torch.float32)
-        full_mask = torch.cat([attention_mask, context_mask], dim=1)
-        return {
-            "prompts": input_ids,
-            "responses": responses,
-            "input_ids": torch.cat([input_ids, responses], dim=1),
-            "attention_mask": full_mask,
-            "position_ids": position_ids_from(full_mask),
-            "response_mask": response_mask,
-            "rollout_log_probs": log_probs * response_mask,
-        }
+        return joined_columns(input_ids, attention_mask, responses, response_mask, context_mask, log_probs)
 
 
 def check_agent_tokenizer(cfg: MultiTurnConfig, tokenizer: Any) -> None:

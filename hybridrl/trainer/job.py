@@ -11,9 +11,10 @@ import contextlib
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from hybridrl.algorithms.roles import ROLLOUT, active_roles, engine_section
 from hybridrl.checkpoint.manager import CheckpointManager, read_state, resolve_resume
@@ -48,6 +49,8 @@ from hybridrl.trainer.ppo_trainer import PPOTrainer
 from hybridrl.trainer.rewarding import RewardStep
 from hybridrl.trainer.run_lock import hold_run_lock
 from hybridrl.trainer.run_record import RunRecord
+
+T = TypeVar("T")
 
 logger = logging.getLogger("hybridrl")
 
@@ -85,22 +88,23 @@ def describe_strategy(cfg: Config, role: str, workers: int) -> str:
 def load_tools(cfg: Config) -> list[ToolSpec]:
     """The multi-turn rollouts' tools, read (and their classes imported) in the driver so that a bad tool file
     is one line before Ray starts; the generating workers read the same file."""
-    multi_turn = cfg.actor_rollout_ref.rollout.multi_turn
-    if not (multi_turn.enable and multi_turn.tool_config_path):
-        return []
-    try:
-        return load_tool_config(multi_turn.tool_config_path)
-    except ValueError as exc:
-        raise ConfigError(f"actor_rollout_ref.rollout.multi_turn.tool_config_path: {exc}") from None
+    return _multi_turn_file(cfg, cfg.actor_rollout_ref.rollout.multi_turn.tool_config_path, load_tool_config)
 
 
 def load_interactions(cfg: Config) -> list[InteractionSpec]:
     """The multi-turn rollouts' simulated users, read in the driver for the same reason as the tools."""
-    multi_turn = cfg.actor_rollout_ref.rollout.multi_turn
-    if not (multi_turn.enable and multi_turn.interaction_config_path):
+    return _multi_turn_file(
+        cfg, cfg.actor_rollout_ref.rollout.multi_turn.interaction_config_path, load_interaction_config
+    )
+
+
+def _multi_turn_file(cfg: Config, path: str | None, read: Callable[[str], list[T]]) -> list[T]:
+    """``read(path)`` on a multi-turn run with that file set; its ValueError (one line naming the file and its
+    key) becomes the run's config error."""
+    if not (cfg.actor_rollout_ref.rollout.multi_turn.enable and path):
         return []
     try:
-        return load_interaction_config(multi_turn.interaction_config_path)
+        return read(path)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
 

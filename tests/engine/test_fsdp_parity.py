@@ -41,9 +41,11 @@ def make_batch(vocab: int) -> Batch:
 
 
 def overrides(world_size: int, sharding: str, extra: tuple[str, ...] = ()) -> list[str]:
-    # 4 prompts x 4 samples = 16 sequences; one mini-batch of 16, micro-batches of 4 on every layout.
+    # 4 prompts x 4 samples = 16 sequences; one mini-batch of 16, micro-batches of 4 on every layout; 2 epochs
+    # an update (so 3 updates are the 6 AdamW steps BF16_TOL is set on, whatever the default run's preset).
     return [
         "data.train_batch_size=4",
+        "actor_rollout_ref.actor.ppo_epochs=2",
         "actor_rollout_ref.rollout.n=4",
         "actor_rollout_ref.actor.ppo_mini_batch_size=4",
         "critic.ppo_mini_batch_size=4",

@@ -49,9 +49,11 @@ def make_batch(vocab: int) -> Batch:
 
 
 def overrides(world_size: int, layout: tuple[str, ...]) -> list[str]:
-    # 4 prompts x 4 samples = 16 sequences, one mini-batch; micro-batches of 2 rows.
+    # 4 prompts x 4 samples = 16 sequences, one mini-batch; micro-batches of 2 rows; 2 epochs an update, as
+    # test_fsdp_parity's (the steps BF16_TOL is set on).
     return [
         "data.train_batch_size=4",
+        "actor_rollout_ref.actor.ppo_epochs=2",
         "actor_rollout_ref.rollout.n=4",
         "actor_rollout_ref.actor.ppo_mini_batch_size=4",
         "critic.ppo_mini_batch_size=4",

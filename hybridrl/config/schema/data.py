@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hybridrl.config.choices import Truncation
-from hybridrl.config.schema.fields import doc, positive
+from hybridrl.config.schema.fields import doc, positive, values_of
 
 
 @dataclass(frozen=True)
@@ -43,13 +43,7 @@ class DataConfig:
         return file_list(self.val_files)
 
     def problems(self, at: str) -> list[str]:
-        problems = positive(
-            at,
-            train_batch_size=self.train_batch_size,
-            train_size=self.train_size,
-            max_prompt_length=self.max_prompt_length,
-            max_response_length=self.max_response_length,
-        )
+        problems = positive(at, **values_of(self, "train_batch_size train_size max_prompt_length max_response_length"))
         if self.reward_fn_key not in ("data_source", "ability"):
             problems.append(
                 f"{at}.reward_fn_key={self.reward_fn_key!r}: the reward function is picked by data_source or ability "

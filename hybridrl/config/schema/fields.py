@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -25,6 +25,12 @@ def doc(default: T, help: str) -> T:
 def section(cls: type[T], help: str = "") -> T:
     """A nested section (its own dataclass), with an optional comment on its header line."""
     return field(default_factory=cls, metadata={"help": help})
+
+
+def values_of(section: object, names: str) -> dict[str, Any]:
+    """The fields ``names`` (space-separated) of ``section`` by name: the range checks' keyword arguments, each
+    key spelled once."""
+    return {name: getattr(section, name) for name in names.split()}
 
 
 def positive(at: str, **values: float | None) -> list[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from hybridrl.config.schema.fields import at_least, doc, section
+from hybridrl.config.schema.fields import at_least, doc, section, values_of
 
 
 @dataclass(frozen=True)
@@ -22,11 +22,9 @@ class TinyModelConfig:
         sizes = at_least(
             1,
             at,
-            hidden_size=self.hidden_size,
-            num_hidden_layers=self.num_hidden_layers,
-            num_attention_heads=self.num_attention_heads,
-            num_key_value_heads=self.num_key_value_heads,
-            intermediate_size=self.intermediate_size,
+            **values_of(
+                self, "hidden_size num_hidden_layers num_attention_heads num_key_value_heads intermediate_size"
+            ),
         )
         return sizes or self._head_problems(at)  # a size below 1 leaves nothing to divide
 

@@ -8,7 +8,7 @@ from typing import cast
 
 from hybridrl.config.choices import KLPenalty, Precision, Strategy
 from hybridrl.config.schema.engine import FSDPConfig, OptimConfig, ParallelConfig
-from hybridrl.config.schema.fields import at_least, doc, finite, positive, section
+from hybridrl.config.schema.fields import at_least, doc, finite, positive, section, values_of
 from hybridrl.config.schema.model import CriticModelConfig, ModelConfig
 from hybridrl.config.schema.rollout import RolloutConfig
 
@@ -64,11 +64,10 @@ class TrainedRoleConfig:
         """``at``: the role's path (the actor's or the critic's), which its optimizer's messages extend."""
         return positive(
             at,
-            ppo_mini_batch_size=self.ppo_mini_batch_size,
-            ppo_micro_batch_size_per_gpu=self.ppo_micro_batch_size_per_gpu,
-            ppo_epochs=self.ppo_epochs,
-            grad_clip=self.grad_clip,
-            ulysses_sequence_parallel_size=self.ulysses_sequence_parallel_size,
+            **values_of(
+                self,
+                "ppo_mini_batch_size ppo_micro_batch_size_per_gpu ppo_epochs grad_clip ulysses_sequence_parallel_size",
+            ),
         ) + self.optim.problems(f"{at}.optim")
 
 
@@ -112,11 +111,7 @@ class RefConfig:
     )
 
     def problems(self, at: str) -> list[str]:
-        return positive(
-            at,
-            log_prob_micro_batch_size_per_gpu=self.log_prob_micro_batch_size_per_gpu,
-            ulysses_sequence_parallel_size=self.ulysses_sequence_parallel_size,
-        )
+        return positive(at, **values_of(self, "log_prob_micro_batch_size_per_gpu ulysses_sequence_parallel_size"))
 
 
 @dataclass(frozen=True)
@@ -194,9 +189,7 @@ class CriticConfig(TrainedRoleConfig):
 
     def problems(self, at: str) -> list[str]:
         problems = super().problems(at) + positive(
-            at,
-            forward_micro_batch_size_per_gpu=self.forward_micro_batch_size_per_gpu,
-            cliprange_value=self.cliprange_value,
+            at, **values_of(self, "forward_micro_batch_size_per_gpu cliprange_value")
         )
         if self.ulysses_sequence_parallel_size > 1:
             problems += _ulysses_problems(at, f"{at}.model", self.strategy, self.model.use_remove_padding)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from hybridrl.config.choices import AgentLoopName, DType, RolloutMode, RolloutName, ToolCallFormat, TruncateSide
-from hybridrl.config.schema.fields import at_least, doc, positive, section
+from hybridrl.config.schema.fields import at_least, doc, positive, section, values_of
 
 
 @dataclass(frozen=True)
@@ -85,12 +85,11 @@ class MultiTurnConfig:
     def problems(self, at: str) -> list[str]:
         problems = positive(
             at,
-            max_assistant_turns=self.max_assistant_turns,
-            max_parallel_calls=self.max_parallel_calls,
-            max_tool_response_length=self.max_tool_response_length,
-            tool_timeout_s=self.tool_timeout_s,
-            tool_num_workers=self.tool_num_workers,
-            tool_max_response_bytes=self.tool_max_response_bytes,
+            **values_of(
+                self,
+                "max_assistant_turns max_parallel_calls max_tool_response_length tool_timeout_s tool_num_workers "
+                "tool_max_response_bytes",
+            ),
         )
         if self.max_user_turns is not None and self.max_user_turns < 0:
             problems.append(f"{at}.max_user_turns={self.max_user_turns} must be >= 0 (null = no limit).")
@@ -178,10 +177,7 @@ class RolloutConfig:
     def problems(self, at: str) -> list[str]:
         problems = positive(
             at,
-            n=self.n,
-            log_prob_micro_batch_size_per_gpu=self.log_prob_micro_batch_size_per_gpu,
-            weight_senders=self.weight_senders,
-            update_weights_bucket_megabytes=self.update_weights_bucket_megabytes,
+            **values_of(self, "n log_prob_micro_batch_size_per_gpu weight_senders update_weights_bucket_megabytes"),
         )
         if not 0 < self.gpu_memory_utilization <= 1:
             problems.append(f"{at}.gpu_memory_utilization={self.gpu_memory_utilization} must lie in (0, 1].")

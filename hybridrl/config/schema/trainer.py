@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hybridrl.config.choices import Device, Tracker
-from hybridrl.config.schema.fields import at_least, doc, positive, section
+from hybridrl.config.schema.fields import at_least, doc, positive, section, values_of
 
 
 @dataclass(frozen=True)
@@ -52,12 +52,8 @@ class RayConfig:
     )
 
     def problems(self, at: str) -> list[str]:
-        problems = positive(
-            at,
-            connect_timeout_s=self.connect_timeout_s,
-            start_timeout_s=self.start_timeout_s,
-            call_timeout_s=self.call_timeout_s,
-        ) + at_least(0, at, liveness_timeout_s=self.liveness_timeout_s)
+        problems = positive(at, **values_of(self, "connect_timeout_s start_timeout_s call_timeout_s"))
+        problems += at_least(0, at, liveness_timeout_s=self.liveness_timeout_s)
         if self.num_cpus is not None and self.num_cpus < 1:
             problems.append(f"{at}.num_cpus={self.num_cpus} must be >= 1, or null (enough for every worker).")
         if self.object_store_memory is not None and self.object_store_memory < 78 * 2**20:
@@ -151,11 +147,9 @@ class TrainerConfig:
         problems += at_least(
             0,
             at,
-            breakdown_interval=self.breakdown_interval,
-            cluster_stats_interval=self.cluster_stats_interval,
-            max_restarts=self.max_restarts,
-            critic_warmup=self.critic_warmup,
-            straggler_min_seconds=self.straggler_min_seconds,
+            **values_of(
+                self, "breakdown_interval cluster_stats_interval max_restarts critic_warmup straggler_min_seconds"
+            ),
         )
         if self.straggler_factor <= 1:
             problems.append(f"{at}.straggler_factor={self.straggler_factor} must be > 1 (a multiple of the median).")

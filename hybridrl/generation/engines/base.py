@@ -136,7 +136,21 @@ def rollout_batch(
     # input_ids, attention_mask: (B, P); responses, log_probs: (B, R)
     response_mask = response_mask_from(responses, eos_token_id, pad_token_id)
     responses = torch.where(response_mask.bool(), responses, torch.full_like(responses, pad_token_id))
-    full_mask = torch.cat([attention_mask, response_mask], dim=1)  # (B, P+R)
+    return joined_columns(input_ids, attention_mask, responses, response_mask, response_mask, log_probs)
+
+
+def joined_columns(
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    responses: torch.Tensor,
+    response_mask: torch.Tensor,
+    context_mask: torch.Tensor,
+    log_probs: torch.Tensor,
+) -> dict[str, torch.Tensor]:
+    """Prompts and responses joined. ``response_mask`` marks the tokens the policy wrote (the loss's);
+    ``context_mask`` every response token the model attends to: the same, except in multi-turn rollouts, whose
+    tool and user tokens are context but not the policy's."""
+    full_mask = torch.cat([attention_mask, context_mask], dim=1)  # (B, P+R)
     return {
         "prompts": input_ids,
         "responses": responses,
