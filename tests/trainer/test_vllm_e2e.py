@@ -26,6 +26,7 @@ def test_default_run_learns_with_vllm(tmp_path):
             # vLLM's CPU attention takes heads of 32 dimensions and up; the tiny model's are 16 by default
             "actor_rollout_ref.model.tiny.num_attention_heads=2",
             "trainer.total_steps=50",
+            "actor_rollout_ref.actor.ppo_epochs=2",  # the shape the figure below was measured on
         ]
     )
     run(cfg)
