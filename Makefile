@@ -41,13 +41,14 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check hybridrl tests bench examples
 	$(VENV)/bin/mypy
 
-# `make test` on a fresh machine builds both virtualenvs side by side (pip keeps one core busy; the vLLM one's
-# log is .install-vllm.log), then runs the suite on PYTEST_WORKERS processes (pytest-xdist: most tests wait on
-# process start-up and Ray, so two share the 2 cores of a small machine ~1.3x faster than one), then the vLLM
-# tests in .venv-vllm, also on PYTEST_WORKERS processes (deselected in the first; PYTEST_ARGS selects in the
-# first, VLLM_PYTEST_ARGS in the second). Nothing heavy runs beside the suite: on 2 cores it is ~92% busy
-# alone (695 s), and it took 1,044 s beside the vLLM tests and 906 s beside the vLLM virtualenv's build
-# (3.5 GB written to disk while every test process imports from it).
+# `make test` on a fresh machine builds both virtualenvs side by side (uv, or pip; the vLLM one's log is
+# .install-vllm.log), then runs the suite on PYTEST_WORKERS processes (pytest-xdist: most tests wait on process
+# start-up and Ray, so two share the 2 cores of a small machine ~1.3x faster than one), then the vLLM tests in
+# .venv-vllm, also on PYTEST_WORKERS processes (deselected in the first; PYTEST_ARGS selects in the first,
+# VLLM_PYTEST_ARGS in the second). Nothing heavy runs beside the suite: on 2 cores it is ~93% busy alone
+# (790-830 s, 2026-12-07), and it took 1,044 s beside the vLLM tests and 906 s beside the vLLM virtualenv's
+# build (3.5 GB written to disk while every test process imports from it). Its order is the collection order:
+# the end-to-end runs first took 969 s instead of ~800 (two multi-process runs at once on 2 cores).
 PYTEST_WORKERS ?= 2
 test:
 	@$(MAKE) --no-print-directory install-vllm > .install-vllm.log 2>&1 & installing=$$!; \
