@@ -14,9 +14,9 @@ from typing import Any
 _TINY_OPTIM = {"lr": 1.0e-3, "betas": [0.9, 0.99], "weight_decay": 0.0}
 
 # GRPO, 16 prompts x 8 samples a step, 3 epochs of 2 optimizer steps each: of the candidates swept over seeds
-# 1-3 on both kinds of CPU CI has run on (docs/TUNING.md, "The default run's preset"; bench/default_run.py)
-# the one that rises and stays up on every seed (2 epochs did on one kind only), in about 75 s. The critic's
-# settings stay for runs that choose gae.
+# 1-3 (docs/TUNING.md, "The default run's preset"; bench/default_run.py) the one that rises and stays up on
+# every seed on the AVX-512 EPYC where 2 epochs did not (2 epochs did on the other kind of CPU CI has run on,
+# where 3 were not measured), in about 75 s. The critic's settings stay for runs that choose gae.
 TINY_RUN: dict[str, Any] = {
     "data": {"train_batch_size": 16},
     "actor_rollout_ref": {

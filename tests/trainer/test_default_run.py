@@ -1,8 +1,8 @@
 """The embedded default run (`make run`) learns its task and stays up: the curve a new user sees first.
 
 A run is bitwise reproducible on one machine, not across CPUs: the float kernels torch picks for the CPU
-round differently, and 150 RL steps carry that into where the curve ends. Seed 3 ends at 0.98 on the kinds of
-machine measured; seeds 1 and 2 (0.90 and 0.87 on an AVX-512 EPYC, where the 2-epoch preset before gave 0.65
+round differently, and 150 RL steps carry that into where the curve ends. Seed 3 ends at 0.98 with every preset
+and kind of machine measured; seeds 1 and 2 (0.90 and 0.87 on an AVX-512 EPYC, where the 2-epoch preset before gave 0.65
 and 0.72) are bench figures (docs/TUNING.md, "The default run's preset"), not tests that could fail on
 another CPU without the run getting worse."""
 
