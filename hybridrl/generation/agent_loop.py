@@ -233,16 +233,17 @@ class AgentLoop:
             sample.mask += [1] * n
             sample.log_probs += out["rollout_log_probs"][i, :n].tolist()
             sample.assistant_turns += 1
-            sample.messages.append(
-                {"role": "assistant", "content": self.tokenizer.decode(turn, skip_special_tokens=True)}
-            )
+            interaction = self.interactions.get(str(sample.interaction_kwargs.get("name")))
+            if interaction is not None:  # the conversation as text is for the simulated user only
+                sample.messages.append(
+                    {"role": "assistant", "content": self.tokenizer.decode(turn, skip_special_tokens=True)}
+                )
             if not self._goes_on(sample):
                 continue
             calls = self._calls(sample, turn)
             for call in calls:
                 create_kwargs = dict((sample.tools_kwargs.get(call.name) or {}).get("create_kwargs") or {})
                 self.processes.submit(self._wait(sample, by_call), call, create_kwargs)
-            interaction = self.interactions.get(str(sample.interaction_kwargs.get("name")))
             if not calls and interaction is not None:  # no tool call: the simulated user answers (verl's order)
                 sample.asking = True
                 call_id = self._wait(sample, by_call)
