@@ -112,6 +112,10 @@ class RolloutClient(RoleClient):
 
         return result
 
+    def interrupt(self, call: int) -> None:
+        """Stop generation call ``call`` (``meta["call"]``) at its next token on every worker."""
+        self.group.interrupt_generation(call)
+
     def open_weight_channel(self, plan: ChannelPlan) -> Callable[[], list[Any]]:
         return self.group.submit_all(self.role, RolloutRole.open_weight_channel.__name__, plan)
 

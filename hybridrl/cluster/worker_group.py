@@ -26,7 +26,7 @@ from hybridrl.config.schema import Config
 from hybridrl.engine.context import DataLayout
 from hybridrl.observability.tracing import CallResult
 from hybridrl.protocol import Batch
-from hybridrl.workers.worker import Worker
+from hybridrl.workers.worker import CONTROL, Worker
 
 logger = logging.getLogger(__name__)
 
@@ -90,7 +90,8 @@ class WorkerGroup:
                     f"available. Shrink the pool or add nodes."
                 )
             bundle = pool.bundles()[0]
-            remote_worker = ray.remote(Worker)
+            # One extra thread per worker for the calls that run beside its current one (``CONTROL``).
+            remote_worker = ray.remote(concurrency_groups={CONTROL: 1})(Worker)  # type: ignore[call-overload]
             for rank in range(pool.num_workers):
                 options = dict(
                     num_cpus=bundle.get("CPU", 0),
@@ -229,6 +230,12 @@ class WorkerGroup:
         """``call_all`` started now; the returned function waits for its per-rank values."""
         refs = [a.call.remote(role, method, *args, **kwargs) for a in self.actors]
         return lambda: [r.value for r in self._gather(refs, f"{role}.{method}")]
+
+    def interrupt_generation(self, call: int) -> None:
+        """Ask every rank to stop generation call ``call`` at its next token; not waited for (the call itself
+        returns what it generated so far)."""
+        for actor in self.actors:
+            actor.interrupt_generation.remote(call)
 
     def host_store(self) -> tuple[str, int]:
         """The address of a store the first rank now hosts (for a channel that rank opens)."""

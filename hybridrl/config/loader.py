@@ -281,7 +281,23 @@ def _verl_sizes(cfg: Config) -> Config:
         pools = replace(
             pools, pools={**pools.pools, "global_pool": {**pools.pools.get("global_pool", {}), "GPU": gpus}}
         )
-    return replace(cfg, trainer=trainer, resource_pool=pools)
+    return _async_batch(replace(cfg, trainer=trainer, resource_pool=pools))
+
+
+def _async_batch(cfg: Config) -> Config:
+    """Fully asynchronous training sizes a step as verl's recipe does: ``require_batches`` mini-batches of
+    ``ppo_mini_batch_size`` prompts (verl's ``data.train_batch_size`` is not used there)."""
+    if not cfg.async_training.enable:
+        return cfg
+    prompts = cfg.async_training.require_batches * cfg.actor_rollout_ref.actor.ppo_mini_batch_size
+    if prompts != cfg.data.train_batch_size:
+        logger.info(
+            "async_training: a step trains on require_batches x ppo_mini_batch_size = %d prompts "
+            "(data.train_batch_size=%d is not used)",
+            prompts,
+            cfg.data.train_batch_size,
+        )
+    return replace(cfg, data=replace(cfg.data, train_batch_size=prompts))
 
 
 _ABSENT = object()

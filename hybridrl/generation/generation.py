@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import logging
 
+import numpy as np
 import torch
 
 from hybridrl.config.choices import RolloutMode
 from hybridrl.config.schema import ModelConfig, RolloutConfig
 from hybridrl.engine.context import DataLayout, WorkerContext
 from hybridrl.generation.agent_loop import AgentLoop, AgentRow
-from hybridrl.generation.engines.base import EngineSite, GenerationRequest
+from hybridrl.generation.engines.base import EarlyReturn, EngineSite, GenerationRequest
 from hybridrl.generation.engines.factory import build_rollout_engine
 from hybridrl.generation.weight_channel import ChannelPlan, WeightChannel
 from hybridrl.models.loader import empty_causal_lm, load_tokenizer
@@ -26,6 +27,8 @@ logger = logging.getLogger(__name__)
 #: The columns a generation takes: the prompts, and for multi-turn rollouts each row's ``AgentRow``.
 GEN_KEYS = ["input_ids", "attention_mask", "position_ids"]
 AGENT_ROW = "agent_row"
+STOPPED = "stopped"
+GROUP_ID = "group_id"
 
 
 def generation_inputs(batch: Batch, multi_turn: bool) -> Batch:
@@ -75,6 +78,8 @@ class Generation:
             world_size=ctx.world_size,
             seed=seed,
         )
+        self.eos_token_id = site.eos_token_id
+        self._interrupted = -1  # the generation call an interruption names (partial rollouts)
         self.engine = build_rollout_engine(rollout, site)
         multi_turn = rollout.multi_turn
         self.agent_loop = (
@@ -103,6 +108,23 @@ class Generation:
         tp = self.cfg.tensor_model_parallel_size
         return DataLayout(self.ctx.rank // tp, self.ctx.world_size // tp, self.ctx.rank % tp == 0)
 
+    def interrupt(self, call: int) -> None:
+        """Stop call ``call`` at its next token (from another thread: ``RolloutRole.interrupt``)."""
+        self._interrupted = call
+
+    def _early_return(self, batch: Batch) -> EarlyReturn | None:
+        """Fully asynchronous training's partial rollouts (``trainer/rollouter.py``): ``meta["call"]`` numbers
+        the call, which returns once ``meta["groups_wanted"]`` groups (``GROUP_ID``) are finished, or when
+        ``interrupt`` names it; the unfinished responses go on in a later call."""
+        call = batch.meta.get("call")
+        if call is None or GROUP_ID not in batch.tensors.keys():
+            return None
+        return EarlyReturn(
+            tuple(batch.tensors[GROUP_ID].tolist()),
+            int(batch.meta["groups_wanted"]),
+            lambda: self._interrupted == call,
+        )
+
     def generate(self, batch: Batch) -> Batch:
         """Responses for ``batch``'s prompts; the engine must hold the weights (resumed)."""
         # The ranks of one tensor-parallel replica sample the same rows with the same seed.
@@ -120,13 +142,29 @@ class Generation:
                 columns = stats.columns()
             else:
                 request = GenerationRequest(
-                    input_ids, attention_mask, max_new_tokens=self.max_response_length, sampling=sampling, seed=seed
+                    input_ids,
+                    attention_mask,
+                    max_new_tokens=int(batch.meta.get("max_new_tokens", self.max_response_length)),
+                    sampling=sampling,
+                    seed=seed,
+                    early_return=self._early_return(batch),
                 )
                 out = self.engine.generate(request)
+                if "call" in batch.meta:  # partial rollouts: did each response reach a stop token?
+                    columns[STOPPED] = _stopped(out, request.stops(self.eos_token_id))
         texts = self.tokenizer.batch_decode(out["responses"], skip_special_tokens=True)
         return Batch.from_dict(
             tensors={k: v.cpu() for k, v in out.items()}, non_tensors={"response_text": texts, **columns}
         )
+
+
+def _stopped(out: dict[str, torch.Tensor], stops: list[int]) -> np.ndarray:
+    """Per row: the response's last token is a stop token (it is finished), rather than the call having ended
+    first (its length, an early return)."""
+    lengths = out["response_mask"].sum(-1)  # (B,)
+    last = out["responses"].gather(1, (lengths - 1).clamp(min=0)[:, None]).squeeze(1)
+    ended = torch.isin(last, torch.tensor(stops, dtype=last.dtype, device=last.device)) & (lengths > 0)
+    return ended.cpu().numpy()
 
 
 def open_channel(ctx: WorkerContext, plan: ChannelPlan, rank: int) -> WeightChannel:

@@ -164,6 +164,7 @@ def check(cfg: Config) -> None:
     if not isinstance(workers, _Failed):
         attempt(_check_rollout_engine, cfg, workers.get(ROLLOUT, workers["actor_rollout"]))
         attempt(_check_rollout_pool, cfg)
+        attempt(_check_async_training, cfg)
         workers.pop(ROLLOUT, None)  # generation-only: no training engine, batch split by generation replicas
         replicas = attempt(_check_megatron, cfg, workers)
         if not isinstance(replicas, _Failed):
@@ -262,6 +263,31 @@ def _check_rollout_pool(cfg: Config) -> None:
             "actor_rollout_ref.rollout.overlap=true prefetches one generation per step: not supported yet with "
             "algorithm.filter_groups.enable (extra rounds) or adv_estimator=remax (a greedy pass); turn one off."
         )
+
+
+def _check_async_training(cfg: Config) -> None:
+    """Fully asynchronous training generates on a rollout pool of its own, one response per row."""
+    if not cfg.async_training.enable:
+        return
+    if ROLLOUT not in cfg.resource_pool.mapping:
+        _fail(
+            "async_training.enable=true generates while the actor trains, so generation needs workers of its own: "
+            "add resource_pool.pools.rollout_pool={GPU: n} and resource_pool.mapping.rollout=rollout_pool."
+        )
+    rollout = cfg.actor_rollout_ref.rollout
+    if rollout.overlap:
+        _fail(
+            "async_training.enable=true and actor_rollout_ref.rollout.overlap=true are two ways to generate while "
+            "training: keep one (overlap is async_training with staleness_threshold=1 and no partial rollouts)."
+        )
+    others = {
+        "algorithm.filter_groups.enable": cfg.algorithm.filter_groups.enable,
+        "adv_estimator=remax": get_adv_estimator(cfg.algorithm.adv_estimator).needs_greedy_baseline,
+        "actor_rollout_ref.rollout.multi_turn.enable": rollout.multi_turn.enable,
+    }
+    for name, on in others.items():
+        if on:
+            _fail(f"async_training.enable=true: not supported yet with {name}; turn one of them off.")
 
 
 def _check_rollout_engine(cfg: Config, actor_workers: int) -> None:

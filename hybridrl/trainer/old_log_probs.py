@@ -34,7 +34,13 @@ def old_log_prob_pass_needed(cfg: Config) -> bool:
 def old_log_prob_source(cfg: Config, rollout_exact: bool, overlapped: bool = False) -> OldLogProbs:
     """``rollout_exact``: the generation engine's log-probs equal the trainer's up to float rounding
     (``ActorRolloutRole.rollout_log_probs_exact``). Rollout correction wants the two apart, so it keeps
-    the pass (or, overlapped, the behaviour policy's log-probs: its weights are then 1)."""
+    the pass (or, overlapped, the behaviour policy's log-probs: its weights are then 1). Fully asynchronous
+    training follows ``async_training.use_rollout_log_probs`` and ``compute_prox_log_prob``."""
+    asynchronous = cfg.async_training
+    if asynchronous.enable:  # verl's fully async keys: the behaviour policy's, or the proximal policy's pass
+        if asynchronous.compute_prox_log_prob or not asynchronous.use_rollout_log_probs:
+            return OldLogProbs.PASS
+        return OldLogProbs.ROLLOUT
     if overlapped:
         return OldLogProbs.ROLLOUT
     if not old_log_prob_pass_needed(cfg):
@@ -42,3 +48,15 @@ def old_log_prob_source(cfg: Config, rollout_exact: bool, overlapped: bool = Fal
     if rollout_exact and cfg.algorithm.rollout_correction.rollout_is is None:
         return OldLogProbs.ROLLOUT
     return OldLogProbs.PASS
+
+
+def importance_level(cfg: Config) -> str | None:
+    """The rollout-correction weights' level: ``algorithm.rollout_correction.rollout_is``, or per token for AReaL's
+    decoupled PPO (``async_training.compute_prox_log_prob``: the ratio against the proximal policy's pass, each
+    token weighted by min(pi_prox / pi_behaviour, threshold)); None = no weights."""
+    level = cfg.algorithm.rollout_correction.rollout_is
+    if level is not None:
+        return str(level.value)
+    if cfg.async_training.enable and cfg.async_training.compute_prox_log_prob:
+        return "token"
+    return None

@@ -43,9 +43,10 @@ from hybridrl.observability.tracking.tracker import Tracker
 from hybridrl.protocol import Batch
 from hybridrl.seeds import rollout_seed, step_seed
 from hybridrl.trainer.checkpointing import Checkpointing
-from hybridrl.trainer.old_log_probs import OldLogProbs, old_log_prob_source
+from hybridrl.trainer.old_log_probs import OldLogProbs, importance_level, old_log_prob_source
 from hybridrl.trainer.rewarding import RewardStep
 from hybridrl.trainer.rollout_pool import Prefetched, SeparateRollout
+from hybridrl.trainer.rollouter import Rollouter
 from hybridrl.trainer.run_record import RunRecord
 from hybridrl.trainer.validation import run_validation
 
@@ -137,12 +138,18 @@ class PPOTrainer:
             else None
         )
         self.overlap = rollout.overlap and self.separate is not None
+        # Fully asynchronous training: a generator thread keeps the rollout pool busy (trainer/rollouter.py).
+        self.rollouter = (
+            Rollouter(cfg, roles.rollout, dataset, self.sampler)
+            if cfg.async_training.enable and roles.rollout is not None
+            else None
+        )
         self.prefetched: Prefetched | None = None
         self.old_log_probs = old_log_prob_source(
             cfg, all(roles.actor_rollout.rollout_log_probs_exact()), overlapped=self.overlap
         )
         logger.info("Old log-probs: %s", self.old_log_probs.value)
-        if self.separate is not None:
+        if self.separate is not None and self.rollouter is None:
             logger.info(
                 "Generation on a rollout pool of its own; %s",
                 "the next step's overlaps this step's training (one step off-policy)"
@@ -175,10 +182,36 @@ class PPOTrainer:
             return lambda: self.roles.actor_rollout.generate(gen_in)
         return self.separate.rollout.submit_generate(gen_in)
 
+    def _take_async(self, timings: dict, metrics: dict) -> Batch:
+        """The next step's finished groups from the generator thread (started at the first step, after the
+        first hand-over); ``timing_s/gen`` is the trainer's wait for them."""
+        assert self.rollouter is not None
+        if self.rollouter.thread is None:
+            self._hand_over(timings, metrics)
+            self.rollouter.start()
+        with self.monitor.phase("gen", timings):
+            batch, async_metrics = self.rollouter.take()
+        metrics.update(async_metrics)
+        return batch
+
+    def _sync_async(self, step: int, timings: dict, metrics: dict) -> None:
+        """Every ``trigger_parameter_sync_step`` steps the generator gets the new weights between two calls.
+        Generation ends with the last step (a final validation then gets the weights as in every layout)."""
+        if self.rollouter is None:
+            return
+        if step == self.cfg.trainer.total_steps:
+            self.rollouter.stop()
+            return
+        if step % self.cfg.async_training.trigger_parameter_sync_step == 0:
+            assert self.separate is not None
+            with self.monitor.phase("weight_handover", timings):
+                metrics.update(self.rollouter.sync(self.separate.hand_over).metrics())
+
     def _generate_and_score(self, step: int, round_: int, timings: dict, metrics: dict) -> Batch:
         cfg = self.cfg
-        n = cfg.actor_rollout_ref.rollout.n
         seed = rollout_seed(cfg.trainer.seed, step, round_)
+        if self.rollouter is not None:
+            return self._score(self._take_async(timings, metrics), None, seed, timings, metrics)
         prefetched, self.prefetched = self.prefetched, None
         if prefetched is not None and (prefetched.step != step or round_):  # not this round's: drawn again
             self.sampler.load_state_dict(prefetched.sampler_state)
@@ -202,6 +235,12 @@ class PPOTrainer:
             self.prefetched = Prefetched(
                 step + 1, next_prompts, next_batch, self._start_generation(next_in), sampler_state
             )
+        return self._score(batch, prompts, seed, timings, metrics)
+
+    def _score(self, batch: Batch, prompts: Batch | None, seed: int, timings: dict, metrics: dict) -> Batch:
+        """The rewards of ``batch``'s responses on their last tokens; ReMax's greedy baseline from ``prompts``."""
+        cfg = self.cfg
+        n = cfg.actor_rollout_ref.rollout.n
         actor = self.generator
         with self.monitor.phase("reward", timings):
             rewards = self.reward(batch, metrics)
@@ -210,6 +249,7 @@ class PPOTrainer:
                 for key, values in rewards.extras.items():
                     batch.non_tensors[REWARD_EXTRA + key] = values.numpy()
         if self.estimator.needs_greedy_baseline:
+            assert prompts is not None, "ReMax's greedy pass is not supported with fully asynchronous training"
             with self.monitor.phase("gen_max", timings):  # ReMax: the greedy response's reward is the baseline
                 greedy_in = generation_inputs(
                     prompts.select(tensor_keys=GEN_KEYS, meta_keys=[]), cfg.actor_rollout_ref.rollout.multi_turn.enable
@@ -306,14 +346,14 @@ class PPOTrainer:
             return  # no trainer log-probs to compare with before the update
         mask = t["response_mask"]
         metrics.update(rollout_probs_diff(t["old_log_probs"], t["rollout_log_probs"], mask))
-        correction = self.cfg.algorithm.rollout_correction
-        if correction.rollout_is is not None:
+        level = importance_level(self.cfg)
+        if level is not None:
             t["rollout_is_weights"], is_metrics = rollout_is_weights(
                 t["old_log_probs"],
                 t["rollout_log_probs"],
                 mask,
-                correction.rollout_is.value,
-                correction.rollout_is_threshold,
+                level,
+                self.cfg.algorithm.rollout_correction.rollout_is_threshold,
             )
             metrics.update(is_metrics)
 
@@ -365,6 +405,11 @@ class PPOTrainer:
     def validate(self, step: int) -> dict[str, float]:
         if self.val_dataset is None:
             return {}
+        if self.rollouter is not None and self.rollouter.running:
+            # Between two generation calls, on the weights of the last sync (every step's with
+            # trigger_parameter_sync_step=1).
+            with self.rollouter.between_calls():
+                return run_validation(self.cfg, self.generator, self.reward, self.val_dataset, step, self.output_dir)
         if self.separate is not None:
             self.separate.hand_over()
         return run_validation(self.cfg, self.generator, self.reward, self.val_dataset, step, self.output_dir)
@@ -383,6 +428,7 @@ class PPOTrainer:
             with self.monitor.phase("adv", timings):
                 self._advantages(batch, metrics)
             self._update(step, batch, timings, metrics)
+            self._sync_async(step, timings, metrics)
             if validate and self.val_dataset is not None:
                 with self.monitor.phase("validation", timings):
                     metrics.update(self.validate(step))
@@ -397,6 +443,8 @@ class PPOTrainer:
         metrics.update(data_metrics(batch, self.cfg.data.max_response_length))
         metrics.update({f"timing_s/{k}": v for k, v in timings.items()})
         metrics.update(throughput_metrics(batch, timings["step"], self.num_workers))
+        if self.rollouter is not None:
+            metrics["fully_async/trainer/idle_ratio"] = timings["gen"] / max(timings["step"], 1e-9)
         if self.perf is not None:
             metrics.update(self.perf.metrics(batch, timings))
         metrics.update(self.monitor.step_metrics())
@@ -409,15 +457,21 @@ class PPOTrainer:
         """The driver's part of a checkpoint: data position, KL controller, driver RNG."""
         # A generation started for the next step drew its prompts already: a resumed run draws them again.
         sampler = self.prefetched.sampler_state if self.prefetched is not None else self.sampler.state_dict()
-        return {
-            "sampler": sampler,
+        asynchronous = self.rollouter.state_dict() if self.rollouter is not None else None
+        state: dict[str, Any] = {
+            "sampler": sampler if asynchronous is None else asynchronous["sampler"],
             "kl_ctrl": self.kl_ctrl.state_dict(),
             "driver_rng": rng_state()[0],
             "run": self.record.state_dict(),
         }
+        if asynchronous is not None:  # the oldest prompts not yet trained, and the generator's counts
+            state["async"] = asynchronous
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.sampler.load_state_dict(state["sampler"])
+        if self.rollouter is not None and "async" in state:
+            self.rollouter.load_state_dict(state["async"])
         self.kl_ctrl.load_state_dict(state["kl_ctrl"])
         version, rng, gauss = state["driver_rng"]["python"]
         random.setstate((version, tuple(rng), gauss))
@@ -427,6 +481,13 @@ class PPOTrainer:
         self.checkpointing.save(step, self.state_dict())
 
     def fit(self, start_step: int = 0) -> list[dict[str, float]]:
+        try:
+            return self._fit(start_step)
+        finally:
+            if self.rollouter is not None:  # responses still in flight are given up (a resume draws them again)
+                self.rollouter.stop()
+
+    def _fit(self, start_step: int) -> list[dict[str, float]]:
         trainer_cfg = self.cfg.trainer
         state_before = self.state_dict()
         if trainer_cfg.val_before_train and self.val_dataset is not None and start_step == 0:

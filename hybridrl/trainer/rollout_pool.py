@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from hybridrl.cluster.errors import system_failure
 from hybridrl.cluster.role_clients import ActorRolloutClient, RolloutClient
 from hybridrl.config.schema import RolloutConfig
 from hybridrl.generation.weight_channel import ChannelPlan
@@ -75,7 +76,17 @@ class SeparateRollout:
         after any generation they are running, so the actor waits for that."""
         started = time.perf_counter()
         sending, receiving = self.actor.send_weights(), self.rollout.receive_weights()
-        sent = sum(sending())
+        try:
+            sent = sum(sending())
+        except Exception as exc:
+            # A dead receiver closes the channel under the senders: its own death is the cause to report
+            # (a system failure, which trainer.max_restarts recovers), not the senders' broken connection.
+            try:
+                receiving()
+            except Exception as cause:
+                if system_failure(cause):
+                    raise cause from exc
+            raise
         new = any(receiving())
         return HandOver(new, sent, time.perf_counter() - started)
 

@@ -56,5 +56,9 @@ class RolloutRole:
         finally:
             self.generation.engine.release()
 
+    def interrupt(self, call: int) -> None:
+        """Stop generation call ``call`` at its next token (called beside it: ``Worker.interrupt_generation``)."""
+        self.generation.interrupt(call)
+
     def state_digest(self) -> dict[str, str]:
         return {"rollout": self.generation.engine.weights_digest()}

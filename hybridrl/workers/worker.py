@@ -40,6 +40,10 @@ from hybridrl.workers.rollout import RolloutRole
 
 logger = logging.getLogger(__name__)
 
+#: The concurrency group of the calls that run beside a worker's current call (every other call runs one at
+#: a time, in order): ``WorkerGroup`` gives each worker one thread for it.
+CONTROL = "control"
+
 # How each role is built from the whole config: the role picks its own sections.
 ROLE_FACTORIES: dict[str, Callable[[Config, WorkerContext], Role]] = {
     "actor_rollout": ActorRolloutRole.from_config,
@@ -91,6 +95,12 @@ class Worker:
     def start_heartbeat(self, board: Any, group: str, rank: int, interval_s: float) -> None:
         """Beat into the run's heartbeat board until teardown (``cluster.liveness``)."""
         self._heartbeat = start_heartbeat(board, group, rank, interval_s)
+
+    @ray.method(concurrency_group=CONTROL)
+    def interrupt_generation(self, call: int) -> None:
+        """Stop generation call ``call`` at its next token (fully asynchronous training's partial rollouts: a
+        weight sync is waiting). Runs beside the call (its own concurrency group); a call already over ignores it."""
+        self._method("rollout", "interrupt")(call)
 
     def host_store(self) -> tuple[str, int]:
         """A rendezvous store this worker hosts and keeps bound (its group's, or a weight channel's)."""

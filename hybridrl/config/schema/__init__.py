@@ -19,6 +19,7 @@ from hybridrl.config.schema.algorithm import (
     KLControlConfig,
     RolloutCorrectionConfig,
 )
+from hybridrl.config.schema.async_training import AsyncTrainingConfig
 from hybridrl.config.schema.data import DataConfig, file_list
 from hybridrl.config.schema.engine import FSDPConfig, MegatronConfig, OptimConfig, ParallelConfig
 from hybridrl.config.schema.fields import doc, section
@@ -52,6 +53,7 @@ __all__ = [
     "ActorConfig",
     "ActorRolloutRefConfig",
     "AlgorithmConfig",
+    "AsyncTrainingConfig",
     "Config",
     "CriticConfig",
     "CriticModelConfig",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hybridrl.config.schema.algorithm import AlgorithmConfig
+from hybridrl.config.schema.async_training import AsyncTrainingConfig
 from hybridrl.config.schema.data import DataConfig
 from hybridrl.config.schema.fields import section
 from hybridrl.config.schema.reward import CustomRewardFunctionConfig, RewardConfig, RewardModelConfig
@@ -25,6 +26,9 @@ class Config:
     reward: RewardConfig = section(RewardConfig)
     resource_pool: ResourcePoolConfig = section(ResourcePoolConfig)
     trainer: TrainerConfig = section(TrainerConfig)
+    async_training: AsyncTrainingConfig = section(
+        AsyncTrainingConfig, "fully asynchronous training (verl's fully_async_policy recipe keys)"
+    )
 
     def problems(self) -> list[str]:
         """Every single value out of its range, each section's own and those read against another section's,
@@ -37,6 +41,7 @@ class Config:
             *self.reward_model.problems("reward_model"),
             *self.reward.problems("reward"),
             *self.trainer.problems("trainer"),
+            *self.async_training.problems("async_training"),
             *self._overlong_buffer_problems(),
         ]
 

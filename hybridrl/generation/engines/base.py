@@ -9,7 +9,7 @@ engine sampled each token with (``rollout_log_probs``), which the trainer compar
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -37,6 +37,18 @@ class EngineSite:
 
 
 @dataclass(frozen=True)
+class EarlyReturn:
+    """When a call may return before every response is finished (fully asynchronous training's partial
+    rollouts; engines that can stop mid-call honour it, the others finish their ``max_new_tokens``): once
+    ``groups_wanted`` groups (rows sharing a ``group_ids`` value) have every row at a stop token, or as soon as
+    ``interrupted()`` says a weight sync is waiting. The unfinished rows return the tokens they have."""
+
+    group_ids: tuple[int, ...]
+    groups_wanted: int
+    interrupted: Callable[[], bool]
+
+
+@dataclass(frozen=True)
 class GenerationRequest:
     """One ``generate`` call, whatever the engine: left-padded prompts (``input_ids``, ``attention_mask``:
     (B, P)), the longest response, how to sample, and the seed that makes the draw repeatable (or a seed per
@@ -49,6 +61,7 @@ class GenerationRequest:
     seed: int = 0
     row_seeds: tuple[int, ...] | None = None
     stop_token_ids: tuple[int, ...] = ()
+    early_return: EarlyReturn | None = None
 
     def stops(self, eos_token_id: int | Sequence[int] | None) -> list[int]:
         """The tokens that end a response: the model's end-of-sequence and the request's own stops (the agent
@@ -130,11 +143,16 @@ def rollout_batch(
     *,
     eos_token_id: int | Sequence[int] | None,
     pad_token_id: int,
+    generated: torch.Tensor | None = None,
 ) -> dict[str, torch.Tensor]:
     """The trainer's view of one generation: prompts and responses joined, masks, positions, and the
-    rollout's log-probs (0 where the response is padding)."""
+    rollout's log-probs (0 where the response is padding). ``generated`` (B,): the positions each row's call
+    generated, where it returned early (``EarlyReturn``): an unfinished row's response ends there."""
     # input_ids, attention_mask: (B, P); responses, log_probs: (B, R)
     response_mask = response_mask_from(responses, eos_token_id, pad_token_id)
+    if generated is not None:
+        positions = torch.arange(responses.shape[1], device=responses.device)
+        response_mask = response_mask * (positions[None, :] < generated[:, None].to(responses.device)).long()
     responses = torch.where(response_mask.bool(), responses, torch.full_like(responses, pad_token_id))
     return joined_columns(input_ids, attention_mask, responses, response_mask, response_mask, log_probs)
 

@@ -26,7 +26,7 @@ from hybridrl.config.schema import SamplingConfig
 from hybridrl.engine.base import state_digest
 from hybridrl.engine.offload import HOST, move_module
 from hybridrl.engine.prompt_sharing import prompt_groups
-from hybridrl.generation.engines.base import GenerationRequest, rollout_batch
+from hybridrl.generation.engines.base import EarlyReturn, GenerationRequest, rollout_batch
 from hybridrl.models.loader import cache_keyword
 from hybridrl.models.weights import materialize
 
@@ -69,6 +69,21 @@ class _SampledLogProbs(LogitsProcessor):
         )
 
 
+def _filtered(scores: torch.Tensor, sampling: SamplingConfig) -> torch.Tensor:
+    """(B, V) logits at the temperature, top-k and top-p applied (-inf outside)."""
+    logits = scores.float() / sampling.temperature
+    if sampling.top_k > 0:
+        kth = torch.topk(logits, min(sampling.top_k, logits.shape[-1]), dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, -math.inf)
+    if sampling.top_p < 1.0:
+        ordered, order = torch.sort(logits, dim=-1, descending=True)
+        ordered_probs = torch.softmax(ordered, dim=-1)
+        mass_before = ordered_probs.cumsum(-1) - ordered_probs
+        dropped = torch.zeros_like(logits, dtype=torch.bool).scatter(1, order, mass_before > sampling.top_p)
+        logits = logits.masked_fill(dropped, -math.inf)
+    return logits
+
+
 class _RowSeededSampler(LogitsProcessor):
     """Draws each row's next token from its own seeded stream and hands ``generate`` a one-hot choice (which
     its greedy search then takes), so a row samples the same tokens whatever rows share the call. ``generate``'s
@@ -81,17 +96,7 @@ class _RowSeededSampler(LogitsProcessor):
         self.generators = [torch.Generator(device=device).manual_seed(seed) for seed in seeds]
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        logits = scores.float() / self.sampling.temperature  # (B, V)
-        if self.sampling.top_k > 0:
-            kth = torch.topk(logits, min(self.sampling.top_k, logits.shape[-1]), dim=-1).values[:, -1:]
-            logits = logits.masked_fill(logits < kth, -math.inf)
-        if self.sampling.top_p < 1.0:
-            ordered, order = torch.sort(logits, dim=-1, descending=True)
-            ordered_probs = torch.softmax(ordered, dim=-1)
-            mass_before = ordered_probs.cumsum(-1) - ordered_probs
-            dropped = torch.zeros_like(logits, dtype=torch.bool).scatter(1, order, mass_before > self.sampling.top_p)
-            logits = logits.masked_fill(dropped, -math.inf)
-        probs = torch.softmax(logits, dim=-1)
+        probs = torch.softmax(_filtered(scores, self.sampling), dim=-1)
         picked = torch.stack(
             [torch.multinomial(row, 1, generator=gen) for row, gen in zip(probs, self.generators, strict=True)]
         )  # (B, 1)
@@ -186,6 +191,8 @@ class HFRolloutEngine:
         stops = request.stops(self.eos_token_id) or None
         generator_state = torch.random.get_rng_state()
         torch.manual_seed(request.seed)
+        if request.early_return is not None:
+            return self._generate_pruned(request)
         try:
             parts = [
                 self._generate_rows(
@@ -210,6 +217,78 @@ class HFRolloutEngine:
             log_probs,
             eos_token_id=stops,
             pad_token_id=self.pad_token_id,
+        )
+
+    @torch.no_grad()
+    def _generate_pruned(self, request: GenerationRequest) -> dict[str, torch.Tensor]:
+        """A decode loop of our own for calls that may return early (``EarlyReturn``, fully asynchronous
+        training's partial rollouts): finished rows leave the key/value cache as they finish, so a step costs
+        what the unfinished rows cost (``generate`` computes every row until the call ends: with long-tailed
+        lengths most of its work is padding), and the call stops at the next token once the wanted groups are
+        finished or an interruption arrives. One seeded stream samples the whole call."""
+        early = request.early_return
+        assert early is not None
+        ids, mask = request.input_ids, request.attention_mask  # (B, P)
+        rows, width, device = ids.shape[0], request.max_new_tokens, ids.device
+        sampling = request.sampling
+        temperature = sampling.temperature if sampling.do_sample else 1.0
+        stops = torch.tensor(request.stops(self.eos_token_id), dtype=torch.long, device=device)
+        groups = torch.tensor(early.group_ids, dtype=torch.long, device=device) if early.group_ids else None
+        generator = torch.Generator(device=device).manual_seed(request.seed)
+        responses = torch.full((rows, width), self.pad_token_id, dtype=torch.long, device=device)
+        log_probs = torch.zeros((rows, width), dtype=torch.float32, device=device)
+        generated = torch.zeros(rows, dtype=torch.long, device=device)
+        done = torch.zeros(rows, dtype=torch.bool, device=device)
+        keyword = cache_keyword(self.model) or "past_key_values"
+        cache = DynamicCache()
+        positions = (mask.cumsum(1) - 1).clamp(min=0)
+        logits = self.model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            use_cache=True,
+            logits_to_keep=1,
+            **{keyword: cache},
+        ).logits[:, -1]
+        in_cache = torch.arange(rows, device=device)  # the rows the cache holds, by their index in the call
+        next_position = positions[:, -1] + 1
+        for t in range(width):
+            if sampling.do_sample:
+                picked = torch.multinomial(torch.softmax(_filtered(logits, sampling), -1), 1, generator=generator)
+            else:
+                picked = logits.argmax(-1, keepdim=True)
+            picked = picked.squeeze(1)  # (A,)
+            scaled = logits.float() / temperature
+            live = ~done[in_cache]
+            rows_live = in_cache[live]
+            responses[rows_live, t] = picked[live]
+            log_probs[rows_live, t] = (scaled.gather(1, picked[:, None]).squeeze(1) - torch.logsumexp(scaled, -1))[live]
+            generated[rows_live] = t + 1
+            done[rows_live] |= torch.isin(picked[live], stops)
+            if t + 1 == width or bool(done.all()) or early.interrupted() or _enough(done, groups, early):
+                break
+            keep = ~done[in_cache]
+            if int((~keep).sum()) * 8 >= len(keep):  # an eighth of the cache is finished rows: drop them
+                kept = keep.nonzero().squeeze(1)
+                cache.batch_select_indices(kept)
+                in_cache, mask, next_position, picked = in_cache[kept], mask[kept], next_position[kept], picked[kept]
+            mask = torch.cat([mask, mask.new_ones((len(in_cache), 1))], dim=1)
+            logits = self.model(
+                input_ids=picked[:, None],
+                attention_mask=mask,
+                position_ids=next_position[:, None],
+                use_cache=True,
+                **{keyword: cache},
+            ).logits[:, -1]
+            next_position = next_position + 1
+        return rollout_batch(
+            ids,
+            request.attention_mask,
+            responses,
+            log_probs,
+            eos_token_id=stops.tolist(),
+            pad_token_id=self.pad_token_id,
+            generated=generated,
         )
 
     def _shared_prefill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[str, DynamicCache] | None:
@@ -271,3 +350,11 @@ class HFRolloutEngine:
             responses = torch.cat([responses, responses.new_full((responses.shape[0], missing), self.pad_token_id)], 1)
             log_probs = torch.cat([log_probs, log_probs.new_zeros((log_probs.shape[0], missing))], 1)
         return responses, log_probs
+
+
+def _enough(done: torch.Tensor, groups: torch.Tensor | None, early: EarlyReturn) -> bool:
+    """The call's wanted groups are finished (``EarlyReturn``)."""
+    if groups is None:
+        return False
+    open_groups = torch.unique(groups[~done]).numel()
+    return torch.unique(groups).numel() - open_groups >= early.groups_wanted

@@ -8,6 +8,7 @@ are ranks, so overlap and idle gaps between roles are visible. Events are append
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +26,16 @@ class TraceWriter:
         self._first = not earlier or earlier == "["
         self._pids: dict[str, int] = {}
         self._threads: set[tuple[int, int]] = set()
+        # Fully asynchronous training records the generation workers' calls from the driver's generator
+        # thread while the trainer's thread records its phases: one event written at a time.
+        self._lock = threading.RLock()
 
     def _write(self, event: dict[str, Any]) -> None:
-        self._file.write(("" if self._first else ",\n") + json.dumps(event))
-        self._first = False
+        with self._lock:
+            if self._file.closed:  # a generator thread's last call, after the run closed its trace
+                return
+            self._file.write(("" if self._first else ",\n") + json.dumps(event))
+            self._first = False
 
     def _pid(self, process: str) -> int:
         if process not in self._pids:
@@ -58,39 +65,41 @@ class TraceWriter:
         thread_name: str | None = None,
     ) -> None:
         """A complete event; ``start``/``end`` are wall-clock seconds since the epoch."""
-        pid = self._pid(process)
-        if (pid, thread) not in self._threads:
-            self._threads.add((pid, thread))
-            self._write(
-                {
-                    "ph": "M",
-                    "name": "thread_name",
-                    "pid": pid,
-                    "tid": thread,
-                    "args": {"name": thread_name or f"rank {thread}"},
-                }
-            )
         event = {
             "ph": "X",
             "name": name,
             "cat": process,
-            "pid": pid,
             "tid": thread,
             "ts": start * 1e6,
             "dur": max(0.0, end - start) * 1e6,
         }
         if args:
             event["args"] = args
-        self._write(event)
+        with self._lock:
+            pid = self._pid(process)
+            if (pid, thread) not in self._threads:
+                self._threads.add((pid, thread))
+                self._write(
+                    {
+                        "ph": "M",
+                        "name": "thread_name",
+                        "pid": pid,
+                        "tid": thread,
+                        "args": {"name": thread_name or f"rank {thread}"},
+                    }
+                )
+            self._write({**event, "pid": pid})
 
     def instant(self, name: str, at: float) -> None:
         """A global instant event (a vertical line across every process in the viewer)."""
         self._write({"ph": "i", "s": "g", "name": name, "pid": 0, "tid": 0, "ts": at * 1e6})
 
     def flush(self) -> None:
-        self._file.flush()
+        with self._lock:
+            self._file.flush()
 
     def close(self) -> None:
-        if not self._file.closed:
-            self._file.write("\n]\n")
-            self._file.close()
+        with self._lock:
+            if not self._file.closed:
+                self._file.write("\n]\n")
+                self._file.close()

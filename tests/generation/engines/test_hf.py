@@ -2,7 +2,7 @@ import torch
 
 from hybridrl.config.schema import RolloutConfig, SamplingConfig
 from hybridrl.engine import prompt_sharing
-from hybridrl.generation.engines.base import GenerationRequest, position_ids_from, response_mask_from
+from hybridrl.generation.engines.base import EarlyReturn, GenerationRequest, position_ids_from, response_mask_from
 from hybridrl.generation.engines.factory import hf_static_cache
 from hybridrl.generation.engines.hf import HFRolloutEngine
 from hybridrl.models.loader import load_causal_lm, load_tokenizer
@@ -135,3 +135,75 @@ def test_static_cache_mode_is_asked_for_with_enforce_eager_false_and_taken_on_cu
     assert hf_static_cache(RolloutConfig(enforce_eager=False), torch.device("cuda"))
     assert not hf_static_cache(RolloutConfig(enforce_eager=True), torch.device("cuda"))
     assert not hf_static_cache(RolloutConfig(enforce_eager=False), torch.device("cpu"))
+
+
+def _early(groups: list[int], wanted: int, interrupted=lambda: False) -> EarlyReturn:
+    return EarlyReturn(tuple(groups), wanted, interrupted)
+
+
+def _full_forward_log_probs(engine, out, prompt_len: int, temperature: float = 1.0) -> torch.Tensor:
+    with torch.no_grad():
+        logits = engine.model(
+            input_ids=out["input_ids"], attention_mask=out["attention_mask"], position_ids=out["position_ids"]
+        ).logits
+    scores = torch.log_softmax(logits[:, prompt_len - 1 : -1].float() / temperature, dim=-1)
+    return scores.gather(-1, out["responses"][..., None]).squeeze(-1) * out["response_mask"]
+
+
+def test_early_return_calls_drop_finished_rows_and_keep_the_trainers_log_probs(tmp_path):
+    """Partial rollouts' decode loop: finished rows leave the cache as they finish, yet every row's tokens and
+    log-probs are those a full forward gives (the trainer's), and greedy rows match ``generate``'s."""
+    engine, tok = _tiny_engine(tmp_path)
+    enc = tok(["12=", "3=", "456=", "7=", "89=", "0="], padding=True, return_tensors="pt", add_special_tokens=False)
+    greedy = SamplingConfig(do_sample=False, temperature=1.0, top_k=0, top_p=1.0)
+    args = (enc["input_ids"], enc["attention_mask"])
+    plain = engine.generate(GenerationRequest(*args, max_new_tokens=12, sampling=greedy, seed=0))
+    pruned = engine.generate(
+        GenerationRequest(*args, max_new_tokens=12, sampling=greedy, seed=0, early_return=_early([0] * 6, 1))
+    )
+    assert torch.equal(plain["responses"], pruned["responses"])
+    torch.testing.assert_close(plain["rollout_log_probs"], pruned["rollout_log_probs"], atol=1e-5, rtol=0)
+    sampled = SamplingConfig(do_sample=True, temperature=0.7, top_k=0, top_p=1.0)
+    out = engine.generate(
+        GenerationRequest(*args, max_new_tokens=12, sampling=sampled, seed=5, early_return=_early([0] * 6, 1))
+    )
+    expected = _full_forward_log_probs(engine, out, enc["input_ids"].shape[1], temperature=0.7)
+    assert out["response_mask"].sum() > 6
+    torch.testing.assert_close(out["rollout_log_probs"], expected, atol=1e-5, rtol=0)
+
+
+def test_early_return_stops_once_the_wanted_groups_finish_or_when_interrupted(tmp_path):
+    engine, tok = _tiny_engine(tmp_path)
+    eos = tok.eos_token_id
+    enc = tok(["12=", "3=", "456=", "7="], padding=True, return_tensors="pt", add_special_tokens=False)
+    sampled = SamplingConfig(do_sample=True, temperature=1.0, top_k=0, top_p=1.0)
+    args = (enc["input_ids"], enc["attention_mask"])
+    whole = engine.generate(
+        GenerationRequest(*args, max_new_tokens=64, sampling=sampled, seed=2, early_return=_early([0, 0, 1, 1], 2))
+    )
+    lengths = whole["response_mask"].sum(-1)
+    ended = whole["responses"].gather(1, (lengths - 1)[:, None]).squeeze(1) == eos
+    assert bool(ended.all())  # both groups wanted: every row ran to its end
+    first = engine.generate(
+        GenerationRequest(*args, max_new_tokens=64, sampling=sampled, seed=2, early_return=_early([0, 0, 1, 1], 1))
+    )
+    first_lengths = first["response_mask"].sum(-1)
+    done = first["responses"].gather(1, (first_lengths - 1)[:, None]).squeeze(1) == eos
+    group_done = [bool(done[:2].all()), bool(done[2:].all())]
+    assert sum(group_done) >= 1 and not all(group_done)  # it returned once one group was finished
+    # the same seed draws the same tokens: the early call's rows are prefixes of the whole call's
+    for row in range(4):
+        n = int(first_lengths[row])
+        assert torch.equal(first["responses"][row, :n], whole["responses"][row, :n])
+        assert first["response_mask"][row, n:].sum() == 0
+    steps = []
+    interrupted = engine.generate(
+        GenerationRequest(
+            *args,
+            max_new_tokens=64,
+            sampling=sampled,
+            seed=2,
+            early_return=_early([0, 1, 2, 3], 4, interrupted=lambda: steps.append(1) or len(steps) >= 3),
+        )
+    )
+    assert int(interrupted["response_mask"].sum(-1).max()) == 3  # stopped at its third token
