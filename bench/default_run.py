@@ -13,12 +13,11 @@ is not a "drop"), validation at the middle and at the last step, and the wall ti
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import subprocess
-import sys
 import time
 from pathlib import Path
+
+from subprocess_run import run_main_ppo
 
 logger = logging.getLogger("bench.default_run")
 
@@ -77,23 +76,8 @@ def curve_figures(rows: list[dict]) -> dict[str, float]:
 
 def run_one(name: str, overrides: list[str], seed: int, out: Path) -> dict[str, float]:
     run_dir = out / f"{name}-seed{seed}"
-    cmd = [
-        sys.executable,
-        "-m",
-        "hybridrl.trainer.main_ppo",
-        f"trainer.output_dir={run_dir}",
-        f"trainer.seed={seed}",
-        "trainer.progress_bar=false",
-        "trainer.logger=[jsonl]",
-        "trainer.ray.include_dashboard=false",
-        *overrides,
-    ]
     start = time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    if done.returncode != 0:  # the run's own one-line error, not just an exit code
-        errors = [line for line in done.stderr.splitlines() if " ERROR " in line] or done.stderr.splitlines()[-1:]
-        raise SystemExit(f"{name} seed {seed} failed (exit {done.returncode}): {errors[-1] if errors else ''}")
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rows = run_main_ppo(f"{name} seed {seed}", run_dir, [f"trainer.seed={seed}", *overrides])
     return {**curve_figures(rows), "steps": len(rows), "wall_s": time.perf_counter() - start}
 
 

@@ -15,6 +15,17 @@ from hybridrl.trainer.job import run
 pytest.importorskip("vllm", reason="vLLM is not installed in this environment: `make test` runs these in .venv-vllm")
 pytestmark = [pytest.mark.vllm, pytest.mark.ray, pytest.mark.slow]
 
+# vLLM on a rollout worker of its own beside one training worker (vLLM's CPU attention takes heads of 32
+# dimensions and up: the tiny model gets 2 of them).
+VLLM_ROLLOUT_POOL = [
+    "trainer.ray.object_store_memory=100000000",
+    "actor_rollout_ref.rollout.name=vllm",
+    "actor_rollout_ref.model.tiny.num_attention_heads=2",
+    "resource_pool.pools.global_pool.GPU=1",
+    "+resource_pool.pools.rollout_pool.GPU=1",
+    "+resource_pool.mapping.rollout=rollout_pool",
+]
+
 
 def test_default_run_learns_with_vllm(tmp_path):
     cfg = load_config(
@@ -50,12 +61,7 @@ def test_vllm_on_a_rollout_pool_of_its_own_gets_every_update(tmp_path):
             "trainer.progress_bar=false",
             "trainer.total_steps=10",
             "trainer.save_freq=-1",
-            "trainer.ray.object_store_memory=100000000",
-            "actor_rollout_ref.rollout.name=vllm",
-            "actor_rollout_ref.model.tiny.num_attention_heads=2",
-            "resource_pool.pools.global_pool.GPU=1",
-            "+resource_pool.pools.rollout_pool.GPU=1",
-            "+resource_pool.mapping.rollout=rollout_pool",
+            *VLLM_ROLLOUT_POOL,
         ]
     )
     run(cfg)
@@ -65,3 +71,29 @@ def test_vllm_on_a_rollout_pool_of_its_own_gets_every_update(tmp_path):
     # weight channel every step): its log-probs match the actor's own pass as in the colocated run.
     assert max(r["training/rollout_probs_diff_max"] for r in rows) < 1e-3
     assert all(r["timing_s/weight_handover"] > 0 for r in rows)
+
+
+def test_vllm_fully_asynchronous_with_partial_rollouts_resumes_responses_from_their_prefix(tmp_path):
+    """vLLM's calls cannot be interrupted: with partial rollouts each returns after partial_rollout_tokens and
+    the unfinished responses go on from prompt + tokens so far in the next call."""
+    cfg = load_config(
+        [
+            f"trainer.output_dir={tmp_path}",
+            "trainer.progress_bar=false",
+            "trainer.total_steps=4",
+            "trainer.save_freq=-1",
+            "trainer.save_hf=false",
+            *VLLM_ROLLOUT_POOL,
+            "data.max_response_length=24",
+            "async_training.enable=true",
+            "async_training.staleness_threshold=1",
+            "async_training.trigger_parameter_sync_step=1",
+            "async_training.require_batches=2",
+            "async_training.partial_rollout_tokens=4",
+        ]
+    )
+    run(cfg)
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 4
+    assert max(r["response_length/max"] for r in rows) > 4  # responses longer than one call's segment
+    assert all(r["fully_async/max_version_gap"] <= 1 for r in rows)
