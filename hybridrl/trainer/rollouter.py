@@ -100,9 +100,11 @@ class Rollouter:
             self.cfg.async_training.trigger_parameter_sync_step,
             self.staleness,
             self.max_lag,
-            f"partial rollouts of {self.segment_tokens}-token segments"
-            if self.segmented
-            else "whole responses per call",
+            "whole responses per call"
+            if not self.segmented
+            else "partial rollouts, interrupted at the next token"
+            if self.interruptible
+            else f"partial rollouts in segments of {self.segment_tokens} tokens",
         )
 
     @property
