@@ -49,8 +49,8 @@ def _training(row: dict) -> dict:
 
 
 def test_staleness_zero_without_partial_rollouts_is_the_synchronous_run(tmp_path, shared_ray):
-    common = ["trainer.total_steps=4", "trainer.test_freq=2", "trainer.save_freq=-1"]
-    synchronous = _run(tmp_path, "sync", shared_ray, *common)
+    common = ["trainer.total_steps=3", "trainer.test_freq=2", "trainer.save_freq=-1"]
+    synchronous = _run(tmp_path, "sync", shared_ray, *common, "data.train_batch_size=8")
     asynchronous = _run(
         tmp_path,
         "async",
@@ -60,9 +60,9 @@ def test_staleness_zero_without_partial_rollouts_is_the_synchronous_run(tmp_path
         "async_training.staleness_threshold=0",
         "async_training.partial_rollout=false",
         "async_training.trigger_parameter_sync_step=1",
-        "async_training.require_batches=2",  # x ppo_mini_batch_size 8 = the default run's 16 prompts
+        "async_training.require_batches=1",  # x ppo_mini_batch_size 8: the synchronous run's 8 prompts
     )
-    assert len(asynchronous) == 4 and "val-core/copy/reward/mean@1" in asynchronous[-1]
+    assert len(asynchronous) == 3 and "val-core/copy/reward/mean@1" in asynchronous[1]
     assert [_training(r) for r in asynchronous] == [_training(r) for r in synchronous]
     assert all(r["fully_async/max_version_gap"] == 0 for r in asynchronous)
 
