@@ -225,7 +225,9 @@ class HFRolloutEngine:
         training's partial rollouts): finished rows leave the key/value cache as they finish, so a step costs
         what the unfinished rows cost (``generate`` computes every row until the call ends: with long-tailed
         lengths most of its work is padding), and the call stops at the next token once the wanted groups are
-        finished or an interruption arrives. One seeded stream samples the whole call."""
+        finished or an interruption arrives. One seeded stream samples the whole call. It is eager (no
+        static-cache GPU mode) and holds one cache for all the call's rows (no ``max_tokens_per_generate``
+        chunks): a fully asynchronous run bounds those rows by its quota, (1 + staleness) windows of groups."""
         early = request.early_return
         assert early is not None
         ids, mask = request.input_ids, request.attention_mask  # (B, P)
