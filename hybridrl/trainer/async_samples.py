@@ -38,10 +38,6 @@ class Sample:
         self.versions += [version] * len(taken)
         self.finished = (stopped and len(taken) == len(tokens)) or len(self.tokens) >= budget
 
-    @property
-    def first_version(self) -> int | None:
-        return self.versions[0] if self.versions else None
-
 
 @dataclass
 class SampleGroup:

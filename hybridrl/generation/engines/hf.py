@@ -26,7 +26,7 @@ from hybridrl.config.schema import SamplingConfig
 from hybridrl.engine.base import state_digest
 from hybridrl.engine.offload import HOST, move_module
 from hybridrl.engine.prompt_sharing import prompt_groups
-from hybridrl.generation.engines.base import EarlyReturn, GenerationRequest, rollout_batch
+from hybridrl.generation.engines.base import EarlyReturn, GenerationRequest, position_ids_from, rollout_batch
 from hybridrl.models.loader import cache_keyword
 from hybridrl.models.weights import materialize
 
@@ -243,7 +243,7 @@ class HFRolloutEngine:
         done = torch.zeros(rows, dtype=torch.bool, device=device)
         keyword = cache_keyword(self.model) or "past_key_values"
         cache = DynamicCache()
-        positions = (mask.cumsum(1) - 1).clamp(min=0)
+        positions = position_ids_from(mask)
         logits = self.model(
             input_ids=ids,
             attention_mask=mask,
