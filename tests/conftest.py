@@ -8,6 +8,10 @@ from typing import Any
 
 import pytest
 import ray
+
+# Multi-rank launches (hybridrl.testing.launch.run_ranks) end their ranks past this and report every rank's
+# stacks: under pytest-timeout's 600 s, so that a hang shows where each rank waits, not only the launcher.
+os.environ.setdefault("HYBRIDRL_RANKS_TIMEOUT_S", "300")
 from ray.cluster_utils import Cluster
 
 
