@@ -17,9 +17,16 @@ _TINY_OPTIM = {"lr": 1.0e-3, "betas": [0.9, 0.99], "weight_decay": 0.0}
 # 1-3 (docs/TUNING.md, "The default run's preset"; bench/default_run.py) the one that rises and stays up on
 # every seed on the AVX-512 EPYC where 2 epochs did not (2 epochs did on the other kind of CPU CI has run on,
 # where 3 were not measured), in about 75 s. The critic's settings stay for runs that choose gae.
+#
+# LoRA (model.lora_rank > 0) also adapts the output head: the tiny model's head and embeddings are random, and
+# with them frozen its adapted decoder layers do not learn the task (docs/TUNING.md, "LoRA"). A real model's
+# head is trained and large (vocabulary x hidden), which is why PEFT's all-linear leaves it out.
+TINY_LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head"]
+
 TINY_RUN: dict[str, Any] = {
     "data": {"train_batch_size": 16},
     "actor_rollout_ref": {
+        "model": {"target_modules": TINY_LORA_TARGETS},
         "actor": {
             "optim": _TINY_OPTIM,
             "ppo_epochs": 3,
