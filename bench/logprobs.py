@@ -19,8 +19,7 @@ from collections.abc import Callable
 
 import torch
 
-from hybridrl.algorithms.losses import entropy_from_logits, log_probs_from_logits
-from hybridrl.algorithms.token_logprobs import token_log_probs
+from hybridrl.algorithms.token_logprobs import entropy_from_logits, log_probs_from_logits, token_log_probs
 from hybridrl.observability.perf.utilization import PeakRSS
 from hybridrl.workers.host_memory import return_freed_memory
 

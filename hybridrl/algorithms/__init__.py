@@ -15,14 +15,15 @@ from hybridrl.algorithms.advantages import (
 from hybridrl.algorithms.filtering import groups_with_signal
 from hybridrl.algorithms.kl_control import (
     KL_CONTROLLERS,
+    KL_PENALTIES,
     AdaptiveKLController,
     FixedKLController,
     KLController,
     apply_kl_penalty,
+    kl_penalty,
     make_kl_controller,
 )
 from hybridrl.algorithms.losses import (
-    KL_PENALTIES,
     LOSS_AGG_MODES,
     POLICY_LOSSES,
     agg_loss,
@@ -30,11 +31,9 @@ from hybridrl.algorithms.losses import (
     compute_policy_loss,
     compute_policy_loss_gspo,
     compute_value_loss,
-    entropy_from_logits,
     get_policy_loss,
-    kl_penalty,
-    log_probs_from_logits,
 )
+from hybridrl.algorithms.token_logprobs import entropy_from_logits, log_probs_from_logits
 from hybridrl.algorithms.utils import masked_mean, masked_sum, masked_var, masked_whiten
 
 __all__ = [

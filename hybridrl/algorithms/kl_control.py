@@ -1,4 +1,4 @@
-"""KL-penalty coefficient controllers and the in-reward KL penalty.
+"""KL: the per-token estimators, the penalty coefficient's controllers and the in-reward KL penalty.
 
 The reward given to PPO is the task score minus beta * KL(pi || pi_ref) per
 token; the controller decides beta (fixed, or adapted towards a target KL as in
@@ -12,10 +12,11 @@ from typing import Any, Protocol
 
 import torch
 
-from hybridrl.algorithms.losses import kl_penalty
-from hybridrl.algorithms.utils import masked_mean
+from hybridrl.algorithms.utils import LOG_RATIO_CLAMP, masked_mean
 
 __all__ = [
+    "KL_PENALTIES",
+    "kl_penalty",
     "KLController",
     "FixedKLController",
     "AdaptiveKLController",
@@ -23,6 +24,56 @@ __all__ = [
     "make_kl_controller",
     "apply_kl_penalty",
 ]
+
+
+# --------------------------------------------------------------------------- #
+# KL estimators
+# --------------------------------------------------------------------------- #
+
+
+def _kl_k1(log_prob: torch.Tensor, ref_log_prob: torch.Tensor) -> torch.Tensor:
+    return log_prob - ref_log_prob
+
+
+def _kl_abs(log_prob: torch.Tensor, ref_log_prob: torch.Tensor) -> torch.Tensor:
+    return (log_prob - ref_log_prob).abs()
+
+
+def _kl_k2(log_prob: torch.Tensor, ref_log_prob: torch.Tensor) -> torch.Tensor:
+    return 0.5 * (log_prob - ref_log_prob).square()
+
+
+def _kl_k3(log_prob: torch.Tensor, ref_log_prob: torch.Tensor) -> torch.Tensor:
+    # Schulman's k3: unbiased, non-negative, low variance. Clamps keep a
+    # runaway token from overflowing exp / dominating the penalty.
+    log_ratio = torch.clamp(ref_log_prob - log_prob, min=-LOG_RATIO_CLAMP, max=LOG_RATIO_CLAMP)
+    kld = torch.exp(log_ratio) - log_ratio - 1
+    return torch.clamp(kld, min=-10.0, max=10.0)
+
+
+KL_PENALTIES: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "kl": _kl_k1,
+    "k1": _kl_k1,
+    "abs": _kl_abs,
+    "mse": _kl_k2,
+    "k2": _kl_k2,
+    "low_var_kl": _kl_k3,
+    "k3": _kl_k3,
+}
+
+
+def kl_penalty(log_prob: torch.Tensor, ref_log_prob: torch.Tensor, kind: str) -> torch.Tensor:
+    """Per-token estimate of KL(pi || pi_ref) from sampled-token log-probs, ``[B, T]``.
+
+    Kinds: ``kl``/``k1`` (lp - ref), ``abs`` (|lp - ref|), ``mse``/``k2``
+    (0.5 (lp - ref)^2), ``low_var_kl``/``k3`` (exp(ref - lp) - (ref - lp) - 1,
+    clamped to [-10, 10]). Not masked: callers apply ``response_mask``.
+    """
+    try:
+        fn = KL_PENALTIES[kind]
+    except KeyError:
+        raise ValueError(f"unknown kl penalty {kind!r}; valid names: {sorted(KL_PENALTIES)}") from None
+    return fn(log_prob, ref_log_prob)
 
 
 class KLController(Protocol):

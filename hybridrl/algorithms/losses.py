@@ -1,4 +1,6 @@
-"""PPO losses and per-token quantities (log-probs, entropy, KL estimates).
+"""PPO losses: loss aggregation, the policy losses, the value loss and the KL loss term.
+
+Per-token log-probs and entropy from logits are in ``token_logprobs``, the KL estimators in ``kl_control``.
 
 All ``[B, T]`` tensors cover response tokens with ``response_mask`` (1 = real
 token, 0 = padding at the end of a row). Padded positions are selected out
@@ -12,11 +14,11 @@ from collections.abc import Callable
 
 import torch
 
-from hybridrl.algorithms.utils import masked_mean, masked_sum
+from hybridrl.algorithms.kl_control import kl_penalty
+from hybridrl.algorithms.utils import LOG_RATIO_CLAMP, masked_mean, masked_sum
 
 __all__ = [
     "LOSS_AGG_MODES",
-    "KL_PENALTIES",
     "agg_loss",
     "POLICY_LOSSES",
     "compute_policy_loss",
@@ -26,14 +28,7 @@ __all__ = [
     "get_policy_loss",
     "compute_kl_loss",
     "compute_value_loss",
-    "entropy_from_logits",
-    "log_probs_from_logits",
-    "kl_penalty",
 ]
-
-# Log-ratios beyond this are clamped before exp: exp(88) overflows float32 and
-# a single runaway token once turned the whole loss into NaN.
-_LOG_RATIO_CLAMP = 20.0
 
 
 # --------------------------------------------------------------------------- #
@@ -195,7 +190,7 @@ def compute_policy_loss(
     zero = torch.zeros((), dtype=log_prob.dtype, device=log_prob.device)
     adv = torch.where(valid, advantages.to(log_prob.dtype), zero).detach()  # [B, T]
     log_ratio = torch.where(valid, log_prob - old_log_prob.detach(), zero)  # [B, T]
-    log_ratio = torch.clamp(log_ratio, min=-_LOG_RATIO_CLAMP, max=_LOG_RATIO_CLAMP)
+    log_ratio = torch.clamp(log_ratio, min=-LOG_RATIO_CLAMP, max=LOG_RATIO_CLAMP)
     ratio = torch.exp(log_ratio)  # [B, T]; 1 at padding
 
     pg_losses, pg_clipfrac, pg_clipfrac_lower = _clipped_surrogate(
@@ -244,7 +239,7 @@ def compute_policy_loss_gspo(
     log_ratio = torch.where(valid, lp - old_log_prob.detach(), zero)  # [B, T]
 
     seq_log_ratio = masked_mean(log_ratio, valid, dim=-1)  # [B]; 0 for an empty row
-    seq_log_ratio = torch.clamp(seq_log_ratio, min=-_LOG_RATIO_CLAMP, max=_LOG_RATIO_CLAMP)
+    seq_log_ratio = torch.clamp(seq_log_ratio, min=-LOG_RATIO_CLAMP, max=LOG_RATIO_CLAMP)
     # value: seq_log_ratio_i at every token; gradient: 1 w.r.t. its own log_prob_t
     log_seq_ratio = seq_log_ratio.detach().unsqueeze(-1) + (lp - lp.detach())  # [B, T]
     ratio = torch.exp(log_seq_ratio)  # [B, T]
@@ -264,7 +259,7 @@ def _masked_log_ratio(
     adv = torch.where(valid, advantages.to(log_prob.dtype), zero).detach()
     lp = torch.where(valid, log_prob, zero)  # padding selected out (even NaN)
     log_ratio = torch.where(valid, lp - old_log_prob.detach(), zero)
-    return valid, adv, lp, torch.clamp(log_ratio, min=-_LOG_RATIO_CLAMP, max=_LOG_RATIO_CLAMP)
+    return valid, adv, lp, torch.clamp(log_ratio, min=-LOG_RATIO_CLAMP, max=LOG_RATIO_CLAMP)
 
 
 def compute_policy_loss_cispo(
@@ -380,112 +375,6 @@ def compute_value_loss(
         vf_clipfrac = masked_mean(torch.gt(vf_losses2, vf_losses1).to(vpreds.dtype), valid)
     vf_loss = 0.5 * agg_loss(loss_mat, valid, loss_agg_mode)
     return {"vf_loss": vf_loss, "vf_clipfrac": vf_clipfrac.detach()}
-
-
-# --------------------------------------------------------------------------- #
-# Per-token quantities from logits
-# --------------------------------------------------------------------------- #
-
-
-def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    # Half-precision log-softmax over a 100k+ vocab loses too much; upcast.
-    return dtype if dtype in (torch.float32, torch.float64) else torch.float32
-
-
-def _entropy_rows(logits: torch.Tensor) -> torch.Tensor:
-    # logits: [T, V] -> [T]
-    probs = torch.softmax(logits, dim=-1)
-    # -inf logits (masked vocab) have p = 0; zero them so 0 * -inf is not NaN.
-    finite_logits = torch.where(torch.isfinite(logits), logits, torch.zeros_like(logits))
-    return torch.logsumexp(logits, dim=-1) - (probs * finite_logits).sum(dim=-1)
-
-
-def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
-    """Per-token entropy of the categorical over the vocab: ``[B, T, V] -> [B, T]``.
-
-    H = logsumexp(z) - sum softmax(z) * z, which never takes log of a
-    probability, so it is stable for very peaked distributions. Computed one
-    batch row at a time (in float32 for half inputs) to bound the temporaries.
-    """
-    if logits.dim() != 3:
-        raise ValueError(f"expected logits [B, T, V], got shape {tuple(logits.shape)}")
-    dtype = _compute_dtype(logits.dtype)
-    rows = [_entropy_rows(row.to(dtype)) for row in logits]  # B x [T]
-    if not rows:
-        return logits.new_zeros(logits.shape[:2], dtype=dtype)
-    return torch.stack(rows, dim=0)  # [B, T]
-
-
-def log_probs_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Log-probability of ``labels`` under ``logits``: ``[B, T, V], [B, T] -> [B, T]``.
-
-    Computed as z[label] - logsumexp(z), one batch row at a time (float32 for
-    half inputs), so the full ``[B, T, V]`` log-softmax is never materialised.
-    """
-    if logits.dim() != 3 or labels.shape != logits.shape[:2]:
-        raise ValueError(
-            f"expected logits [B, T, V] and labels [B, T], got {tuple(logits.shape)} and {tuple(labels.shape)}"
-        )
-    dtype = _compute_dtype(logits.dtype)
-    labels = labels.to(device=logits.device, dtype=torch.long)
-    out = []
-    for row, lab in zip(logits, labels):  # row: [T, V], lab: [T]
-        row = row.to(dtype)
-        picked = row.gather(-1, lab.unsqueeze(-1)).squeeze(-1)  # [T]
-        out.append(picked - torch.logsumexp(row, dim=-1))
-    if not out:
-        return logits.new_zeros(labels.shape, dtype=dtype)
-    return torch.stack(out, dim=0)  # [B, T]
-
-
-# --------------------------------------------------------------------------- #
-# KL estimators
-# --------------------------------------------------------------------------- #
-
-
-def _kl_k1(log_prob: torch.Tensor, ref_log_prob: torch.Tensor) -> torch.Tensor:
-    return log_prob - ref_log_prob
-
-
-def _kl_abs(log_prob: torch.Tensor, ref_log_prob: torch.Tensor) -> torch.Tensor:
-    return (log_prob - ref_log_prob).abs()
-
-
-def _kl_k2(log_prob: torch.Tensor, ref_log_prob: torch.Tensor) -> torch.Tensor:
-    return 0.5 * (log_prob - ref_log_prob).square()
-
-
-def _kl_k3(log_prob: torch.Tensor, ref_log_prob: torch.Tensor) -> torch.Tensor:
-    # Schulman's k3: unbiased, non-negative, low variance. Clamps keep a
-    # runaway token from overflowing exp / dominating the penalty.
-    log_ratio = torch.clamp(ref_log_prob - log_prob, min=-_LOG_RATIO_CLAMP, max=_LOG_RATIO_CLAMP)
-    kld = torch.exp(log_ratio) - log_ratio - 1
-    return torch.clamp(kld, min=-10.0, max=10.0)
-
-
-KL_PENALTIES: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
-    "kl": _kl_k1,
-    "k1": _kl_k1,
-    "abs": _kl_abs,
-    "mse": _kl_k2,
-    "k2": _kl_k2,
-    "low_var_kl": _kl_k3,
-    "k3": _kl_k3,
-}
-
-
-def kl_penalty(log_prob: torch.Tensor, ref_log_prob: torch.Tensor, kind: str) -> torch.Tensor:
-    """Per-token estimate of KL(pi || pi_ref) from sampled-token log-probs, ``[B, T]``.
-
-    Kinds: ``kl``/``k1`` (lp - ref), ``abs`` (|lp - ref|), ``mse``/``k2``
-    (0.5 (lp - ref)^2), ``low_var_kl``/``k3`` (exp(ref - lp) - (ref - lp) - 1,
-    clamped to [-10, 10]). Not masked: callers apply ``response_mask``.
-    """
-    try:
-        fn = KL_PENALTIES[kind]
-    except KeyError:
-        raise ValueError(f"unknown kl penalty {kind!r}; valid names: {sorted(KL_PENALTIES)}") from None
-    return fn(log_prob, ref_log_prob)
 
 
 def compute_kl_loss(

@@ -140,3 +140,59 @@ def token_log_probs(
         return _chunk(chunk, lab, temperature, with_entropy, entropy_grad)
 
     return _over_chunks(logits, labels, step, score, with_entropy, checkpoint)
+
+
+# --------------------------------------------------------------------------- #
+# Per-token quantities from logits
+# --------------------------------------------------------------------------- #
+
+
+def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    # Half-precision log-softmax over a 100k+ vocab loses too much; upcast.
+    return dtype if dtype in (torch.float32, torch.float64) else torch.float32
+
+
+def _entropy_rows(logits: torch.Tensor) -> torch.Tensor:
+    # logits: [T, V] -> [T]
+    probs = torch.softmax(logits, dim=-1)
+    # -inf logits (masked vocab) have p = 0; zero them so 0 * -inf is not NaN.
+    finite_logits = torch.where(torch.isfinite(logits), logits, torch.zeros_like(logits))
+    return torch.logsumexp(logits, dim=-1) - (probs * finite_logits).sum(dim=-1)
+
+
+def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Per-token entropy of the categorical over the vocab: ``[B, T, V] -> [B, T]``.
+
+    H = logsumexp(z) - sum softmax(z) * z, which never takes log of a
+    probability, so it is stable for very peaked distributions. Computed one
+    batch row at a time (in float32 for half inputs) to bound the temporaries.
+    """
+    if logits.dim() != 3:
+        raise ValueError(f"expected logits [B, T, V], got shape {tuple(logits.shape)}")
+    dtype = _compute_dtype(logits.dtype)
+    rows = [_entropy_rows(row.to(dtype)) for row in logits]  # B x [T]
+    if not rows:
+        return logits.new_zeros(logits.shape[:2], dtype=dtype)
+    return torch.stack(rows, dim=0)  # [B, T]
+
+
+def log_probs_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Log-probability of ``labels`` under ``logits``: ``[B, T, V], [B, T] -> [B, T]``.
+
+    Computed as z[label] - logsumexp(z), one batch row at a time (float32 for
+    half inputs), so the full ``[B, T, V]`` log-softmax is never materialised.
+    """
+    if logits.dim() != 3 or labels.shape != logits.shape[:2]:
+        raise ValueError(
+            f"expected logits [B, T, V] and labels [B, T], got {tuple(logits.shape)} and {tuple(labels.shape)}"
+        )
+    dtype = _compute_dtype(logits.dtype)
+    labels = labels.to(device=logits.device, dtype=torch.long)
+    out = []
+    for row, lab in zip(logits, labels):  # row: [T, V], lab: [T]
+        row = row.to(dtype)
+        picked = row.gather(-1, lab.unsqueeze(-1)).squeeze(-1)  # [T]
+        out.append(picked - torch.logsumexp(row, dim=-1))
+    if not out:
+        return logits.new_zeros(labels.shape, dtype=dtype)
+    return torch.stack(out, dim=0)  # [B, T]

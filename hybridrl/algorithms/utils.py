@@ -10,7 +10,11 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["masked_sum", "masked_mean", "masked_var", "masked_whiten"]
+__all__ = ["LOG_RATIO_CLAMP", "masked_sum", "masked_mean", "masked_var", "masked_whiten"]
+
+# Log-ratios beyond this are clamped before exp: exp(88) overflows float32 and a single runaway token once
+# turned the whole loss into NaN.
+LOG_RATIO_CLAMP = 20.0
 
 
 def _masked(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hybridrl.algorithms.losses import entropy_from_logits, log_probs_from_logits
-from hybridrl.algorithms.token_logprobs import token_log_probs
+from hybridrl.algorithms.token_logprobs import entropy_from_logits, log_probs_from_logits, token_log_probs
 
 
 def direct(logits: torch.Tensor, labels: torch.Tensor, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
