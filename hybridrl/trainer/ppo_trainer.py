@@ -1,23 +1,20 @@
 """The PPO loop on the driver: explicit data flow between role groups, one step at a time.
 
-A step is four phases, each a method: rollout (generate + score, with optional dynamic sampling),
-evaluate (old/ref log-probs, values), advantages (KL in reward + estimator, on the driver), update.
+A step is four phases: rollout (generate + score, with optional dynamic sampling: ``RolloutSource`` in
+``rollouts.py``, synchronous, overlapped or fully asynchronous), evaluate (old/ref log-probs, values),
+advantages (KL in reward + estimator, on the driver), update.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import random
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from hybridrl.algorithms.advantages import get_adv_estimator
-from hybridrl.algorithms.filtering import groups_with_signal
 from hybridrl.algorithms.kl_control import apply_kl_penalty, make_kl_controller
 from hybridrl.algorithms.roles import ref_in_actor
 from hybridrl.algorithms.rollout_correction import rollout_is_weights, rollout_probs_diff
@@ -25,65 +22,34 @@ from hybridrl.checkpoint.shards import rng_state
 from hybridrl.cluster.errors import system_failure
 from hybridrl.cluster.ray_cluster import object_store_stats
 from hybridrl.cluster.role_clients import (
-    ActorRolloutClient,
     RoleClients,
-    RolloutClient,
     colocated_passes,
     run_forward_passes,
 )
 from hybridrl.config.schema import Config
-from hybridrl.data.dataset import EpochSampler, PromptDataset
+from hybridrl.data.dataset import PromptDataset
 from hybridrl.data.partition import balanced_group_partition, balanced_partition, token_imbalance
-from hybridrl.generation.generation import GEN_KEYS, generation_inputs
 from hybridrl.observability.metrics import data_metrics, throughput_metrics
 from hybridrl.observability.monitor import RunMonitor
 from hybridrl.observability.perf_metrics import StepPerf
 from hybridrl.observability.tracking.breakdown import format_breakdown
 from hybridrl.observability.tracking.tracker import Tracker
 from hybridrl.protocol import Batch
-from hybridrl.seeds import rollout_seed, step_seed
+from hybridrl.seeds import step_seed
 from hybridrl.trainer.checkpointing import Checkpointing
 from hybridrl.trainer.old_log_probs import OldLogProbs, importance_level, old_log_prob_source
 from hybridrl.trainer.rewarding import RewardStep
-from hybridrl.trainer.rollout_pool import Prefetched, SeparateRollout
-from hybridrl.trainer.rollouter import Rollouter
+from hybridrl.trainer.rollouts import RolloutSource
 from hybridrl.trainer.run_record import RunRecord
 from hybridrl.trainer.validation import run_validation
 
 logger = logging.getLogger(__name__)
 
 FORWARD_KEYS = ["input_ids", "attention_mask", "position_ids", "responses", "response_mask"]
-REWARD_EXTRA = "reward_extra/"  # non-tensor columns of the values a reward function returned in its dict
 
 
 def _mean_over_ranks(rows: list[dict[str, float]]) -> dict[str, float]:
     return {k: sum(r[k] for r in rows) / len(rows) for k in rows[0]}
-
-
-def filter_values(batch: Batch, metric: str | None) -> torch.Tensor:
-    """The per-sequence value whose spread keeps a group (``algorithm.filter_groups.metric``): the
-    sequence's reward (``seq_reward``, ``seq_final_reward``, ``score``: KL in the reward comes later, so
-    these are one value here) or a key the reward function returned in its dict (DAPO's ``acc``)."""
-    if metric in (None, "seq_reward", "seq_final_reward", "score"):
-        return batch.tensors["token_level_scores"].sum(-1)
-    extras = {k.removeprefix(REWARD_EXTRA): v for k, v in batch.non_tensors.items() if k.startswith(REWARD_EXTRA)}
-    if metric not in extras:
-        raise ValueError(
-            f"algorithm.filter_groups.metric={metric}: the reward function returned no '{metric}' "
-            f"(its dict had {sorted(extras) or 'no extra keys'}); use seq_reward or one of those keys."
-        )
-    return torch.as_tensor(np.asarray(extras[metric], dtype=np.float64))
-
-
-def _place_at_last_token(scores: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
-    """Outcome rewards live on each response's last model token (a multi-turn response's mask has gaps where
-    tools answered); every other token gets 0."""
-    # scores: (B,), response_mask: (B, R)
-    token_scores = torch.zeros_like(response_mask, dtype=torch.float32)
-    positions = torch.arange(1, response_mask.shape[1] + 1, device=response_mask.device)
-    last = ((response_mask > 0) * positions).argmax(-1)  # 0 where a row has no model token
-    token_scores[torch.arange(len(scores)), last] = scores
-    return token_scores
 
 
 class PPOTrainer:
@@ -116,10 +82,6 @@ class PPOTrainer:
         self.roles = roles
         self.dataset = dataset
         self.tracker = tracker
-        filt = cfg.algorithm.filter_groups
-        # DAPO's dynamic sampling draws data.gen_batch_size prompts per generation round (verl's loader batch).
-        per_round = cfg.data.gen_batch_size if filt.enable and cfg.data.gen_batch_size else cfg.data.train_batch_size
-        self.sampler = EpochSampler(len(dataset), per_round, cfg.data.shuffle, cfg.data.seed)
         algo = cfg.algorithm
         self.estimator = get_adv_estimator(algo.adv_estimator)
         self.kl_ctrl = make_kl_controller(
@@ -127,171 +89,11 @@ class PPOTrainer:
         )
         self.num_workers = sum(group.world_size for group in roles.groups())
         self.history: list[dict[str, float]] = []
-        rollout = cfg.actor_rollout_ref.rollout
-        # Generation on the actor's workers, or on a rollout pool of its own (weights handed over to it).
-        self.generator: ActorRolloutClient | RolloutClient = roles.rollout or roles.actor_rollout
-        self.separate = (
-            SeparateRollout(
-                roles.actor_rollout, roles.rollout, cfg.actor_rollout_ref.rollout, cfg.trainer.ray.call_timeout_s
-            )
-            if roles.rollout is not None
-            else None
-        )
-        self.overlap = rollout.overlap and self.separate is not None
-        # Fully asynchronous training: a generator thread keeps the rollout pool busy (trainer/rollouter.py).
-        self.rollouter = (
-            Rollouter(cfg, roles.rollout, dataset, self.sampler)
-            if cfg.async_training.enable and roles.rollout is not None
-            else None
-        )
-        self.prefetched: Prefetched | None = None
+        self.rollouts = RolloutSource(cfg, roles, dataset, reward, self.monitor)
         self.old_log_probs = old_log_prob_source(
-            cfg, all(roles.actor_rollout.rollout_log_probs_exact()), overlapped=self.overlap
+            cfg, all(roles.actor_rollout.rollout_log_probs_exact()), overlapped=self.rollouts.overlap
         )
         logger.info("Old log-probs: %s", self.old_log_probs.value)
-        if self.separate is not None and self.rollouter is None:
-            logger.info(
-                "Generation on a rollout pool of its own; %s",
-                "the next step's overlaps this step's training (one step off-policy)"
-                if self.overlap
-                else "each step generates, then trains",
-            )
-
-    # -- rollout -------------------------------------------------------------------------------
-    def _prompts(self, step: int, round_: int) -> tuple[Batch, Batch, Batch]:
-        """This step's prompts, their rows (each prompt ``rollout.n`` times) and the generation inputs."""
-        n = self.cfg.actor_rollout_ref.rollout.n
-        prompts = self.dataset.collate(self.sampler.next_indices())
-        # Group ids unique per step and round: rows sampled from one prompt share it (GRPO groups).
-        prompts.non_tensors["uid"] = np.array([f"{step}.{round_}.{i}" for i in range(len(prompts))], dtype=object)
-        batch = prompts.repeat(n, interleave=True)
-        gen_in = generation_inputs(batch, self.cfg.actor_rollout_ref.rollout.multi_turn.enable)
-        gen_in.meta = {"seed": rollout_seed(self.cfg.trainer.seed, step, round_)}
-        return prompts, batch, gen_in
-
-    def _hand_over(self, timings: dict, metrics: dict) -> None:
-        """A rollout pool of its own gets the actor's current weights (if it lacks them) before it generates;
-        what moved and how fast go into ``metrics`` (``weight_sync/mb``, ``weight_sync/gb_per_s``)."""
-        if self.separate is not None:
-            with self.monitor.phase("weight_handover", timings):
-                metrics.update(self.separate.hand_over().metrics())
-
-    def _start_generation(self, gen_in: Batch) -> Callable[[], Batch]:
-        """Generation started on the generating workers; the returned function waits for the responses."""
-        if self.separate is None:
-            return lambda: self.roles.actor_rollout.generate(gen_in)
-        return self.separate.rollout.submit_generate(gen_in)
-
-    def _take_async(self, timings: dict, metrics: dict) -> Batch:
-        """The next step's finished groups from the generator thread (started at the first step, after the
-        first hand-over); ``timing_s/gen`` is the trainer's wait for them."""
-        assert self.rollouter is not None
-        if self.rollouter.thread is None:
-            self._hand_over(timings, metrics)
-            self.rollouter.start()
-        with self.monitor.phase("gen", timings):
-            batch, async_metrics = self.rollouter.take()
-        metrics.update(async_metrics)
-        return batch
-
-    def _sync_async(self, step: int, timings: dict, metrics: dict) -> None:
-        """Every ``trigger_parameter_sync_step`` steps the generator gets the new weights between two calls.
-        Generation ends with the last step (a final validation then gets the weights as in every layout)."""
-        if self.rollouter is None:
-            return
-        if step == self.cfg.trainer.total_steps:
-            self.rollouter.stop()
-            return
-        if step % self.cfg.async_training.trigger_parameter_sync_step == 0:
-            assert self.separate is not None
-            with self.monitor.phase("weight_handover", timings):
-                metrics.update(self.rollouter.sync(self.separate.hand_over).metrics())
-
-    def _generate_and_score(self, step: int, round_: int, timings: dict, metrics: dict) -> Batch:
-        cfg = self.cfg
-        seed = rollout_seed(cfg.trainer.seed, step, round_)
-        if self.rollouter is not None:
-            return self._score(self._take_async(timings, metrics), None, seed, timings, metrics)
-        prefetched, self.prefetched = self.prefetched, None
-        if prefetched is not None and (prefetched.step != step or round_):  # not this round's: drawn again
-            self.sampler.load_state_dict(prefetched.sampler_state)
-            prefetched = None
-        with self.monitor.phase("data", timings):
-            if prefetched is None:
-                prompts, batch, gen_in = self._prompts(step, round_)
-            else:
-                prompts, batch = prefetched.prompts, prefetched.batch
-        if prefetched is None:
-            self._hand_over(timings, metrics)
-        with self.monitor.phase("gen", timings):
-            batch.union(prefetched.responses() if prefetched is not None else self._start_generation(gen_in)())
-            metrics.update(RunMonitor.sub_span_timings(self.generator.last_results))
-        if self.overlap and step < cfg.trainer.total_steps:
-            # The next step's generation runs while this step scores and trains, on the weights before
-            # this step's update (the rollout workers are idle now: the hand-over waits for nobody).
-            self._hand_over(timings, metrics)
-            sampler_state = self.sampler.state_dict()
-            next_prompts, next_batch, next_in = self._prompts(step + 1, 0)
-            self.prefetched = Prefetched(
-                step + 1, next_prompts, next_batch, self._start_generation(next_in), sampler_state
-            )
-        return self._score(batch, prompts, seed, timings, metrics)
-
-    def _score(self, batch: Batch, prompts: Batch | None, seed: int, timings: dict, metrics: dict) -> Batch:
-        """The rewards of ``batch``'s responses on their last tokens; ReMax's greedy baseline from ``prompts``."""
-        cfg = self.cfg
-        n = cfg.actor_rollout_ref.rollout.n
-        actor = self.generator
-        with self.monitor.phase("reward", timings):
-            rewards = self.reward(batch, metrics)
-            batch.tensors["token_level_scores"] = _place_at_last_token(rewards.scores, batch.tensors["response_mask"])
-            if cfg.algorithm.filter_groups.enable:  # what a filter metric such as acc reads
-                for key, values in rewards.extras.items():
-                    batch.non_tensors[REWARD_EXTRA + key] = values.numpy()
-        if self.estimator.needs_greedy_baseline:
-            assert prompts is not None, "ReMax's greedy pass is not supported with fully asynchronous training"
-            with self.monitor.phase("gen_max", timings):  # ReMax: the greedy response's reward is the baseline
-                greedy_in = generation_inputs(
-                    prompts.select(tensor_keys=GEN_KEYS, meta_keys=[]), cfg.actor_rollout_ref.rollout.multi_turn.enable
-                )
-                greedy_sampling = dataclasses.replace(self.cfg.actor_rollout_ref.rollout.sampling(), do_sample=False)
-                greedy_in.meta = {"seed": seed, "sampling": greedy_sampling}
-                greedy = actor.generate(greedy_in)
-                greedy.non_tensors.update(prompts.select(tensor_keys=[], meta_keys=[]).non_tensors)
-                batch.tensors["reward_baselines"] = self.reward(greedy).scores.repeat_interleave(n)
-        return batch
-
-    def _rollout(self, step: int, timings: dict, metrics: dict) -> Batch:
-        """One batch of scored rollouts; DAPO's dynamic sampling drops groups with no signal."""
-        filt = self.cfg.algorithm.filter_groups
-        if not filt.enable:
-            return self._generate_and_score(step, 0, timings, metrics)
-        n = self.cfg.actor_rollout_ref.rollout.n
-        wanted = self.cfg.data.train_batch_size * n
-        kept: list[Batch] = []
-        dropped: list[Batch] = []
-        for round_ in range(filt.max_num_gen_batches):
-            batch = self._generate_and_score(step, round_, timings, metrics)
-            batch.meta = {}
-            keep = groups_with_signal(filter_values(batch, filt.metric), batch.non_tensors["uid"])
-            kept.append(batch[np.flatnonzero(keep)])
-            dropped.append(batch[np.flatnonzero(~keep)])
-            if sum(len(b) for b in kept) >= wanted:
-                break
-        n_kept = sum(len(b) for b in kept)
-        metrics["train/num_gen_batches"] = float(round_ + 1)
-        metrics["train/kept_group_frac"] = n_kept / (len(kept) * wanted)
-        # Groups stay whole: the filter keeps or drops all n rows of a prompt, in order.
-        metrics["train/topped_up_groups"] = float(max(0, wanted - n_kept) // n)
-        if n_kept < wanted:
-            logger.warning(
-                "Dynamic sampling kept %d of %d sequences after %d rounds; topping up with "
-                "groups whose rewards are all equal (raise algorithm.filter_groups.max_num_gen_batches).",
-                n_kept,
-                wanted,
-                round_ + 1,
-            )
-        return Batch.concat([b for b in kept + dropped if len(b)])[:wanted]
 
     def _balance(self, batch: Batch, metrics: dict) -> Batch:
         """Rows reordered so that each data-parallel replica's contiguous share holds about as many real
@@ -405,21 +207,16 @@ class PPOTrainer:
     def validate(self, step: int) -> dict[str, float]:
         if self.val_dataset is None:
             return {}
-        if self.rollouter is not None and self.rollouter.running:
-            # Between two generation calls, on the weights of the last sync (every step's with
-            # trigger_parameter_sync_step=1).
-            with self.rollouter.between_calls():
-                return run_validation(self.cfg, self.generator, self.reward, self.val_dataset, step, self.output_dir)
-        if self.separate is not None:
-            self.separate.hand_over()
-        return run_validation(self.cfg, self.generator, self.reward, self.val_dataset, step, self.output_dir)
+        with self.rollouts.current_weights():
+            generator = self.rollouts.generator
+            return run_validation(self.cfg, generator, self.reward, self.val_dataset, step, self.output_dir)
 
     def step(self, step: int, save_checkpoint: bool = False, validate: bool = False) -> dict[str, float]:
         timings: dict[str, float] = {}
         metrics: dict[str, float] = {}
         self._update_started = False
         with self.monitor.phase("step", timings):
-            batch = self._rollout(step, timings, metrics)
+            batch = self.rollouts.batch(step, timings, metrics)
             if self.cfg.trainer.balance_batch:
                 batch = self._balance(batch, metrics)
             batch.meta["seed"] = step_seed(self.cfg.trainer.seed, step)
@@ -428,7 +225,7 @@ class PPOTrainer:
             with self.monitor.phase("adv", timings):
                 self._advantages(batch, metrics)
             self._update(step, batch, timings, metrics)
-            self._sync_async(step, timings, metrics)
+            self.rollouts.after_update(step, timings, metrics)
             if validate and self.val_dataset is not None:
                 with self.monitor.phase("validation", timings):
                     metrics.update(self.validate(step))
@@ -443,35 +240,27 @@ class PPOTrainer:
         metrics.update(data_metrics(batch, self.cfg.data.max_response_length))
         metrics.update({f"timing_s/{k}": v for k, v in timings.items()})
         metrics.update(throughput_metrics(batch, timings["step"], self.num_workers))
-        if self.rollouter is not None:
+        if self.rollouts.rollouter is not None:
             metrics["fully_async/trainer/idle_ratio"] = timings["gen"] / max(timings["step"], 1e-9)
         if self.perf is not None:
             metrics.update(self.perf.metrics(batch, timings))
         metrics.update(self.monitor.step_metrics())
-        metrics["training/epoch"] = float(self.sampler.epoch)
+        metrics["training/epoch"] = float(self.rollouts.sampler.epoch)
         metrics["train/restarts"] = float(self.restarts)
         return metrics
 
     # -- checkpoints -------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """The driver's part of a checkpoint: data position, KL controller, driver RNG."""
-        # A generation started for the next step drew its prompts already: a resumed run draws them again.
-        sampler = self.prefetched.sampler_state if self.prefetched is not None else self.sampler.state_dict()
-        asynchronous = self.rollouter.state_dict() if self.rollouter is not None else None
-        state: dict[str, Any] = {
-            "sampler": sampler if asynchronous is None else asynchronous["sampler"],
+        return {
+            **self.rollouts.state_dict(),
             "kl_ctrl": self.kl_ctrl.state_dict(),
             "driver_rng": rng_state()[0],
             "run": self.record.state_dict(),
         }
-        if asynchronous is not None:  # the oldest prompts not yet trained, and the generator's counts
-            state["async"] = asynchronous
-        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.sampler.load_state_dict(state["sampler"])
-        if self.rollouter is not None and "async" in state:
-            self.rollouter.load_state_dict(state["async"])
+        self.rollouts.load_state_dict(state)
         self.kl_ctrl.load_state_dict(state["kl_ctrl"])
         version, rng, gauss = state["driver_rng"]["python"]
         random.setstate((version, tuple(rng), gauss))
@@ -484,8 +273,7 @@ class PPOTrainer:
         try:
             return self._fit(start_step)
         finally:
-            if self.rollouter is not None:  # responses still in flight are given up (a resume draws them again)
-                self.rollouter.stop()
+            self.rollouts.stop()
 
     def _fit(self, start_step: int) -> list[dict[str, float]]:
         trainer_cfg = self.cfg.trainer

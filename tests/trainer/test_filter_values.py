@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from hybridrl.protocol import Batch
-from hybridrl.trainer.ppo_trainer import REWARD_EXTRA, filter_values
+from hybridrl.trainer.rollouts import REWARD_EXTRA, filter_values
 
 
 def _batch() -> Batch:
