@@ -48,15 +48,17 @@ lint: $(STAMP)
 # VLLM_PYTEST_ARGS in the second). Nothing heavy runs beside the suite: on 2 cores it is ~93% busy alone
 # (790-830 s, 2026-12-07), and it took 1,044 s beside the vLLM tests and 906 s beside the vLLM virtualenv's
 # build (3.5 GB written to disk while every test process imports from it). Its order is the collection order:
-# the end-to-end runs first took 969 s instead of ~800 (two multi-process runs at once on 2 cores).
+# the end-to-end runs first took 969 s instead of ~800 (two multi-process runs at once on 2 cores). --dist worksteal:
+# a worker that runs out of tests takes pending ones from the other, so a long run collected late (the default
+# run's 120 s) does not leave one core idle at the end (2026-12-07: 750 s against 787 s with --dist load).
 PYTEST_WORKERS ?= 2
 test:
 	@$(MAKE) --no-print-directory install-vllm > .install-vllm.log 2>&1 & installing=$$!; \
 	if ! $(MAKE) --no-print-directory install; then wait $$installing; exit 1; fi; \
 	if ! wait $$installing; then cat .install-vllm.log; echo "make install-vllm failed (log above)"; exit 1; fi; \
-	$(PY) -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) -m "not vllm" $(PYTEST_ARGS); suite=$$?; \
+	$(PY) -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist worksteal -m "not vllm" $(PYTEST_ARGS); suite=$$?; \
 	echo "--- vLLM tests (.venv-vllm) ---"; \
-	$(VLLM_PY) -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) -m vllm $(VLLM_PYTEST_ARGS); vllm=$$?; \
+	$(VLLM_PY) -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist worksteal -m vllm $(VLLM_PYTEST_ARGS); vllm=$$?; \
 	if [ $$suite -ne 0 ]; then exit $$suite; fi; exit $$vllm
 
 clean:
