@@ -50,7 +50,8 @@ lint: $(STAMP)
 # build (3.5 GB written to disk while every test process imports from it). Its order is the collection order:
 # the end-to-end runs first took 969 s instead of ~800 (two multi-process runs at once on 2 cores). --dist worksteal:
 # a worker that runs out of tests takes pending ones from the other, so a long run collected late (the default
-# run's 120 s) does not leave one core idle at the end (2026-12-07: 750 s against 787 s with --dist load).
+# run's 120 s) does not leave one core idle at the end. Measured 2026-12-07: 750 s here against 787 s with
+# --dist load, but 785 s in a fresh-clone CI run: no difference beyond this machine's noise so far.
 PYTEST_WORKERS ?= 2
 test:
 	@$(MAKE) --no-print-directory install-vllm > .install-vllm.log 2>&1 & installing=$$!; \
