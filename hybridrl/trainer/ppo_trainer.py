@@ -80,7 +80,6 @@ class PPOTrainer:
         self.monitor = monitor or RunMonitor()
         self.perf = perf
         self.roles = roles
-        self.dataset = dataset
         self.tracker = tracker
         algo = cfg.algorithm
         self.estimator = get_adv_estimator(algo.adv_estimator)
