@@ -1037,21 +1037,14 @@ FOUND_BEFORE_RAY = [  # once found only after the workers started (~20 s): now b
 ]
 # Reward code that misbehaves at run time: one line naming the function and the sample (or the deadline).
 MISBEHAVING_REWARD = {
-    "hangs.py": "import time\n\ndef compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    time.sleep(3600)\n",
     "segfault.py": "import ctypes\n\ndef compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    ctypes.string_at(0)\n",
 }
 REWARD = "custom_reward_function.path={f}/run_time/"
-# Two whole runs carry a reward's failure to the user's one line: a child process that dies and one that does
-# not return. Each misbehaviour's own message (raises, exits, a string, nan, None) is checked on the scorer that
-# makes it, without a run (tests/rewards: test_processes, test_rewards); the run passes any of them on alike.
+# A whole run carries a reward's failure to the user's one line: here a child process that dies (one that does
+# not return is tests/trainer/test_faults.py's run, which also checks that no reward process is left). Each
+# misbehaviour's own message (raises, exits, a string, nan, None) is checked on the scorer that makes it, without
+# a run (tests/rewards: test_processes, test_rewards); the run passes any of them on alike.
 NEEDS_RAY = [
-    pytest.param(
-        [REWARD + "hangs.py", "reward.timeout_s=2", *RAY_SMALL],
-        1,
-        r"did not return within reward\.timeout_s=2 s on sample 0",
-        id="reward-hangs",
-        marks=ray_run,
-    ),
     pytest.param(
         [REWARD + "segfault.py", *RAY_SMALL],
         1,

@@ -11,7 +11,7 @@ import hashlib
 import inspect
 import logging
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import torch
@@ -47,6 +47,15 @@ class WeightShard(NamedTuple):
 #: What ``forward_backward`` minimises on each micro-batch: the model's output and the micro-batch in, the
 #: loss and its metrics out.
 LossFn = Callable[[ModelOutput, "Batch"], tuple[torch.Tensor, dict[str, float]]]
+
+
+def _foreach_fits(params: Sequence[torch.Tensor]) -> bool:
+    """AdamW's multi-tensor kernels (one per update stage for all parameters) where they can run: torch picks
+    them by itself only on CUDA, and on CPU loops over the parameters, one dispatch per tensor and stage (the
+    same arithmetic: bitwise the same updates on the default run). One call cannot mix DTensors with plain
+    tensors, as Megatron-style tensor parallelism does (sharded and replicated weights): there it loops, on
+    CUDA too, where torch's own choice would fail at the first step."""
+    return len({type(p) for p in params}) <= 1
 
 
 class TrainEngine:
@@ -93,12 +102,14 @@ class TrainEngine:
         # skip weights the generation side already holds.
         self.weights_version = 0
         if optim_cfg is not None:
+            trained = [p for p in model.parameters() if p.requires_grad]
             self.optimizer = torch.optim.AdamW(
-                [p for p in model.parameters() if p.requires_grad],
+                trained,
                 lr=optim_cfg.lr,
                 betas=(optim_cfg.betas[0], optim_cfg.betas[1]),
                 weight_decay=optim_cfg.weight_decay,
                 eps=optim_cfg.eps,
+                foreach=_foreach_fits(trained),
             )
         else:
             model.requires_grad_(False)

@@ -1,7 +1,7 @@
 """Faults a long run meets, each answered with one line and nothing lost: a stopped rank, a reward function
 that never returns, a disk that fills up at checkpoint time. (A killed worker's recovery is tested with
 exact resume in tests/checkpoint/test_resume.py; a SIGKILL during a checkpoint write in test_crash.py; a
-second Ray cluster in tests/cluster/test_shared_machine.py; two runs on one directory in test_run_lock.py.)"""
+second Ray cluster in tests/trainer/test_interrupt.py; two runs on one directory in test_run_lock.py.)"""
 
 from __future__ import annotations
 
@@ -33,6 +33,10 @@ SMALL = [
     "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
     "critic.ppo_micro_batch_size_per_gpu=16",
 ]
+
+# Where the fault is the driver's (a reward, a checkpoint write), one worker: a second adds ~5 CPU-seconds of
+# start-up a run on a 2-core machine and nothing to what the test shows.
+ONE_WORKER = "resource_pool.pools.global_pool.GPU=1"
 
 
 def run_main(caplog, args):
@@ -105,6 +109,7 @@ def test_a_reward_that_never_returns_stops_the_run_at_its_deadline(tmp_path, cap
             "trainer.total_steps=2",
             f"custom_reward_function.path={reward_file}",
             "reward.timeout_s=2",
+            ONE_WORKER,
         ],
     )
     assert code == 1 and len(errors) == 1, errors
@@ -130,6 +135,7 @@ def test_a_full_disk_at_checkpoint_time_names_the_path_and_keeps_the_last_checkp
         f"trainer.output_dir={out}",
         "trainer.total_steps=4",
         "trainer.save_freq=2",
+        ONE_WORKER,
     ]
     code, errors = run_main(caplog, args)
     assert code == 1 and len(errors) == 1, errors

@@ -23,6 +23,7 @@ COMMON = [
 ]
 
 
+@pytest.mark.long
 def test_seed_mixed_layout_learns_on_four_workers(tmp_path):
     """Actor on FSDP HYBRID_SHARD (2 replicas x shard groups of 2), critic Megatron-style tp=2 with
     sequence parallel (the seed's trainer.parallel_config spelling), all on one pool of 4 CPU workers."""
@@ -50,7 +51,7 @@ def test_seed_mixed_layout_learns_on_four_workers(tmp_path):
     assert summary["gain"] >= 0.1, summary
 
 
-def test_actor_on_pipeline_stages_hands_full_weights_to_generation(tmp_path):
+def test_actor_on_pipeline_stages_hands_full_weights_to_generation(tmp_path, shared_ray):
     """Actor (and reference) on 2 pipeline stages, critic on tp=2: the run trains, the generation engine
     gets the gathered weights, and the export holds the whole model."""
     out = tmp_path / "run"
@@ -58,6 +59,7 @@ def test_actor_on_pipeline_stages_hands_full_weights_to_generation(tmp_path):
         COMMON
         + [
             f"trainer.output_dir={out}",
+            f"trainer.ray.address={shared_ray}",
             "trainer.total_steps=2",
             "actor_rollout_ref.actor.strategy=megatron",
             "actor_rollout_ref.actor.parallel_config.megatron.pp_size=2",

@@ -13,7 +13,7 @@ from hybridrl.config.loader import load_config
 from hybridrl.trainer.job import run
 
 pytest.importorskip("vllm", reason="vLLM is not installed in this environment: `make test` runs these in .venv-vllm")
-pytestmark = [pytest.mark.vllm, pytest.mark.ray, pytest.mark.slow]
+pytestmark = [pytest.mark.vllm, pytest.mark.ray, pytest.mark.slow, pytest.mark.long]
 
 # vLLM on a rollout worker of its own beside one training worker (vLLM's CPU attention takes heads of 32
 # dimensions and up: the tiny model gets 2 of them).
@@ -27,10 +27,11 @@ VLLM_ROLLOUT_POOL = [
 ]
 
 
-def test_default_run_learns_with_vllm(tmp_path):
+def test_default_run_learns_with_vllm(tmp_path, shared_ray):
     cfg = load_config(
         [
             f"trainer.output_dir={tmp_path}",
+            f"trainer.ray.address={shared_ray}",
             "trainer.progress_bar=false",
             "trainer.ray.object_store_memory=100000000",
             "actor_rollout_ref.rollout.name=vllm",
@@ -54,10 +55,11 @@ def test_default_run_learns_with_vllm(tmp_path):
     assert read_weights(tmp_path / "actor_hf")
 
 
-def test_vllm_on_a_rollout_pool_of_its_own_gets_every_update(tmp_path):
+def test_vllm_on_a_rollout_pool_of_its_own_gets_every_update(tmp_path, shared_ray):
     cfg = load_config(
         [
             f"trainer.output_dir={tmp_path}",
+            f"trainer.ray.address={shared_ray}",
             "trainer.progress_bar=false",
             "trainer.total_steps=10",
             "trainer.save_freq=-1",
@@ -73,12 +75,13 @@ def test_vllm_on_a_rollout_pool_of_its_own_gets_every_update(tmp_path):
     assert all(r["timing_s/weight_handover"] > 0 for r in rows)
 
 
-def test_vllm_fully_asynchronous_with_partial_rollouts_resumes_responses_from_their_prefix(tmp_path):
+def test_vllm_fully_asynchronous_with_partial_rollouts_resumes_responses_from_their_prefix(tmp_path, shared_ray):
     """vLLM's calls cannot be interrupted: with partial rollouts each returns after partial_rollout_tokens and
     the unfinished responses go on from prompt + tokens so far in the next call."""
     cfg = load_config(
         [
             f"trainer.output_dir={tmp_path}",
+            f"trainer.ray.address={shared_ray}",
             "trainer.progress_bar=false",
             "trainer.total_steps=3",
             "trainer.save_freq=-1",
@@ -99,13 +102,14 @@ def test_vllm_fully_asynchronous_with_partial_rollouts_resumes_responses_from_th
     assert all(r["fully_async/max_version_gap"] <= 1 for r in rows)
 
 
-def test_vllm_with_a_lora_actor_samples_from_the_merged_adapters(tmp_path):
+def test_vllm_with_a_lora_actor_samples_from_the_merged_adapters(tmp_path, shared_ray):
     """LoRA with vLLM: the hand-over merges W + alpha/r B A in fp32 (bench/vllm_lora.py: exact, and 3x faster
     to generate with than vLLM's LoRA layers on CPU), so vLLM samples from the adapted policy: its log-probs
     match the actor's own pass on every step while the adapters move."""
     cfg = load_config(
         [
             f"trainer.output_dir={tmp_path}",
+            f"trainer.ray.address={shared_ray}",
             "trainer.progress_bar=false",
             "trainer.total_steps=6",
             "trainer.save_freq=-1",
