@@ -107,6 +107,11 @@ def tensor_metadata(path: Path) -> dict[str, TensorStorageMetadata]:
     return tensors
 
 
+# How the optimizer runs, not what it learned: the loading layout's own choice (engine/base.py), which a
+# checkpoint of another layout must not override (multi-tensor kernels cannot mix DTensors with tensors).
+KERNEL_CHOICES = frozenset({"foreach", "fused", "capturable", "differentiable"})
+
+
 def load_engine(model: nn.Module, optimizer: torch.optim.Optimizer, path: Path, rank: int, world_size: int) -> int:
     """Load ``path`` into this rank's model and optimizer (a collective); returns the learning-rate schedule's
     step (0 where the checkpoint predates schedules). Format 2 loads into any layout: each rank reads the
@@ -124,7 +129,8 @@ def load_engine(model: nn.Module, optimizer: torch.optim.Optimizer, path: Path, 
     dcp.load(tensors, storage_reader=HuggingFaceStorageReader(str(path)))
     for group, saved in zip(groups, index["param_groups"]):
         for key, value in saved.items():
-            group[key] = tuple(value) if isinstance(group.get(key), tuple) else value
+            if key not in KERNEL_CHOICES:
+                group[key] = tuple(value) if isinstance(group.get(key), tuple) else value
     set_state_dict(model, optimizer, model_state_dict=model_sd, optim_state_dict=optim_sd, options=_SHARDED)
     return int(index.get("lr_step", 0))
 
