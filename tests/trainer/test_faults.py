@@ -47,7 +47,7 @@ def run_main(caplog, args):
     return code, [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
 
 
-def test_a_stopped_rank_is_named_in_the_first_error(tmp_path, caplog, monkeypatch):
+def test_a_stopped_rank_is_named_in_the_first_error(tmp_path, caplog, monkeypatch, shared_ray):
     stopped = []
     original = PPOTrainer.step
 
@@ -62,6 +62,7 @@ def test_a_stopped_rank_is_named_in_the_first_error(tmp_path, caplog, monkeypatc
         code, errors = run_main(
             caplog,
             [
+                f"trainer.ray.address={shared_ray}",
                 f"trainer.output_dir={tmp_path}/run",
                 "trainer.total_steps=3",
                 "trainer.max_restarts=0",

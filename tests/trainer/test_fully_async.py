@@ -15,7 +15,7 @@ from hybridrl.config.loader import load_config
 from hybridrl.trainer.job import run
 from hybridrl.trainer.ppo_trainer import PPOTrainer
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.long]
 
 SPLIT_1_1 = [
     "resource_pool.pools.global_pool.GPU=1",

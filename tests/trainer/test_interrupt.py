@@ -24,7 +24,7 @@ OTHER_CLUSTER = """
 import sys, time
 from pathlib import Path
 import ray
-ray.init(num_cpus=1, include_dashboard=False, logging_level=40)
+ray.init(address="local", num_cpus=1, include_dashboard=False, logging_level=40)
 up, stop = Path(sys.argv[1]), Path(sys.argv[2])
 up.write_text(ray.get_runtime_context().gcs_address)
 while not stop.exists():
@@ -53,6 +53,7 @@ def test_ctrl_c_leaves_no_process_and_another_cluster_running(tmp_path):
             "trainer.progress_bar=false",
             "trainer.cluster_stats_interval=1",  # the object-store query that found two clusters
             "trainer.ray.object_store_memory=100000000",
+            "resource_pool.pools.global_pool.GPU=1",  # a worker process to end is enough
         ]
         # ray.init() without an address would join the other cluster (and refuse our num_cpus): a local run
         # must ask for a cluster of its own. A shell's background job ignores SIGINT; restore the default so

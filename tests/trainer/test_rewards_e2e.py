@@ -97,6 +97,7 @@ def test_failing_reward_stops_with_the_sample_named_and_keeps_the_last_step(tmp_
             "trainer.total_steps=3",
             "trainer.save_freq=100",
             f"custom_reward_function.path={reward_file}",
+            "resource_pool.pools.global_pool.GPU=1",  # the failure is the driver's scorer's: one worker will do
         ]
     )
     with pytest.raises(

@@ -24,6 +24,7 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow]
             "vllm",
             marks=[
                 pytest.mark.vllm,
+                pytest.mark.long,
                 pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vLLM (.venv-vllm)"),
             ],
         ),
