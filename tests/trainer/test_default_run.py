@@ -16,7 +16,7 @@ import pytest
 from hybridrl.config.loader import load_config
 from hybridrl.trainer.job import run
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.long]
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 
 def assert_rises_and_stays_up(run_dir: Path, floor: float = 0.85, below_peak: float = 0.05) -> None:

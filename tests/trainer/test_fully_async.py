@@ -15,7 +15,7 @@ from hybridrl.config.loader import load_config
 from hybridrl.trainer.job import run
 from hybridrl.trainer.ppo_trainer import PPOTrainer
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.long]
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 SPLIT_1_1 = [
     "resource_pool.pools.global_pool.GPU=1",

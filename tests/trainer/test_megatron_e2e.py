@@ -23,7 +23,6 @@ COMMON = [
 ]
 
 
-@pytest.mark.long
 def test_seed_mixed_layout_learns_on_four_workers(tmp_path):
     """Actor on FSDP HYBRID_SHARD (2 replicas x shard groups of 2), critic Megatron-style tp=2 with
     sequence parallel (the seed's trainer.parallel_config spelling), all on one pool of 4 CPU workers."""

@@ -12,7 +12,7 @@ import pytest
 from hybridrl.config.loader import load_config
 from hybridrl.trainer.job import run
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.long]
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 
