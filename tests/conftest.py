@@ -86,7 +86,7 @@ def shared_ray() -> str:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Runs marked ``long`` first, the rest in their collected order (a stable sort: every xdist worker collects
     the same order). The vLLM tests' four 25-60 s runs came last in their collection and started when the other
-    worker had nothing left to take: 197 s where their sum is 330 s on 2 workers (169 s first). Not the main
-    suite's: there the long runs first meant two multi-process runs at once from the start (833-851 s in
-    fresh-clone CI runs against 785-819 s in collection order)."""
+    worker had nothing left to take (197 s where their sum is 330 s on 2 workers). Not the main suite's: its
+    long runs first gave 833-851 s in fresh-clone CI runs and collection order 842 s, no difference beyond the
+    noise, and an earlier try with every end-to-end run first took 969 s (two multi-process runs at once)."""
     items.sort(key=lambda item: item.get_closest_marker("long") is None)
