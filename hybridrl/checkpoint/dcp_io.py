@@ -32,7 +32,7 @@ from torch.distributed.checkpoint import HuggingFaceStorageReader, HuggingFaceSt
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 
-from hybridrl.checkpoint.shards import assemble_full, jsonable, load_engine_shard
+from hybridrl.checkpoint.shards import assemble_full, jsonable, load_engine_shard, restore_hyperparameters
 
 logger = logging.getLogger(__name__)
 
@@ -107,11 +107,6 @@ def tensor_metadata(path: Path) -> dict[str, TensorStorageMetadata]:
     return tensors
 
 
-# How the optimizer runs, not what it learned: the loading layout's own choice (engine/base.py), which a
-# checkpoint of another layout must not override (multi-tensor kernels cannot mix DTensors with tensors).
-KERNEL_CHOICES = frozenset({"foreach", "fused", "capturable", "differentiable"})
-
-
 def load_engine(model: nn.Module, optimizer: torch.optim.Optimizer, path: Path, rank: int, world_size: int) -> int:
     """Load ``path`` into this rank's model and optimizer (a collective); returns the learning-rate schedule's
     step (0 where the checkpoint predates schedules). Format 2 loads into any layout: each rank reads the
@@ -127,10 +122,7 @@ def load_engine(model: nn.Module, optimizer: torch.optim.Optimizer, path: Path, 
     groups = cast(list[dict[str, Any]], optim_sd["param_groups"])
     _agree(_mismatch(tensors, _saved_shapes(path), len(index["param_groups"]), len(groups), path))
     dcp.load(tensors, storage_reader=HuggingFaceStorageReader(str(path)))
-    for group, saved in zip(groups, index["param_groups"]):
-        for key, value in saved.items():
-            if key not in KERNEL_CHOICES:
-                group[key] = tuple(value) if isinstance(group.get(key), tuple) else value
+    restore_hyperparameters(groups, index["param_groups"])
     set_state_dict(model, optimizer, model_state_dict=model_sd, optim_state_dict=optim_sd, options=_SHARDED)
     return int(index.get("lr_step", 0))
 

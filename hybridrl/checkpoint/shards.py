@@ -103,12 +103,22 @@ def load_engine_shard(
             )
         with torch.no_grad():
             local.copy_(saved[key].to(local.device, local.dtype))
-    groups = cast(list[dict[str, Any]], optim_sd["param_groups"])
-    for group, saved_group in zip(groups, index["param_groups"]):
-        for key, value in saved_group.items():
-            if key != "params":
-                group[key] = tuple(value) if isinstance(group.get(key), tuple) else value
+    restore_hyperparameters(cast(list[dict[str, Any]], optim_sd["param_groups"]), index["param_groups"])
     set_state_dict(model, optimizer, model_state_dict=model_sd, optim_state_dict=optim_sd, options=options)
+
+
+# How the optimizer runs, not what it learned: the loading layout's own choice (engine/base.py), which a
+# checkpoint of another layout must not override (multi-tensor kernels cannot mix DTensors with tensors).
+KERNEL_CHOICES = frozenset({"foreach", "fused", "capturable", "differentiable"})
+
+
+def restore_hyperparameters(groups: list[dict[str, Any]], saved: list[dict[str, Any]]) -> None:
+    """The saved learning rates, betas, step counts, ... into the loading optimizer's param groups (JSON lists
+    back to tuples where the group holds one); its parameters and kernel choices stay its own."""
+    for group, saved_group in zip(groups, saved):
+        for key, value in saved_group.items():
+            if key != "params" and key not in KERNEL_CHOICES:
+                group[key] = tuple(value) if isinstance(group.get(key), tuple) else value
 
 
 def assemble_full(path: Path, prefix: str = "model/") -> dict[str, torch.Tensor]:
