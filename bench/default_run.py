@@ -46,6 +46,11 @@ CANDIDATES: dict[str, list[str]] = {
     "ep4": ["actor_rollout_ref.actor.ppo_epochs=4"],
     "ep4_ch": ["actor_rollout_ref.actor.ppo_epochs=4", "actor_rollout_ref.actor.clip_ratio_high=0.28"],
     "ep2": ["actor_rollout_ref.actor.ppo_epochs=2"],
+    # The preset's layout before 2026-12-07 (FSDP2 sharding the 0.1M-parameter model over the 2 workers).
+    "full_shard": [
+        "actor_rollout_ref.actor.fsdp.sharding_strategy=FULL_SHARD",
+        "critic.fsdp.sharding_strategy=FULL_SHARD",
+    ],
     "s200": ["trainer.total_steps=200"],
     "nokl": ["algorithm.use_kl_in_reward=false"],
     "kl_loss": [

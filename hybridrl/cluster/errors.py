@@ -24,12 +24,12 @@ class WorkerCallTimeout(TimeoutError):
 
 
 class WorkerStuckError(TimeoutError):
-    """A rank's process stopped answering heartbeats while a call waited on it (stopped, swapping, hung in
+    """A rank's process stopped answering the driver's liveness questions while a call waited on it (stopped, swapping, hung in
     native code holding the interpreter): named as soon as it is seen, not when the whole call times out."""
 
     def __init__(self, role: str, ranks: list[int], method: str, silent_s: float) -> None:
         super().__init__(
-            f"{role} worker rank(s) {ranks} stopped answering (no heartbeat for {silent_s:.0f} s, "
+            f"{role} worker rank(s) {ranks} stopped answering (no answer for {silent_s:.0f} s, "
             f"trainer.ray.liveness_timeout_s) during {method}: the process is stopped, swapping or hung; the "
             f"other ranks wait on it."
         )

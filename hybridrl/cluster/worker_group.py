@@ -21,6 +21,7 @@ from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from hybridrl.cluster.errors import PoolPlacementError, WorkerCallError, WorkerCallTimeout, WorkerStuckError
+from hybridrl.cluster.liveness import Liveness
 from hybridrl.cluster.pools import PoolSpec
 from hybridrl.config.schema import Config
 from hybridrl.engine.context import DataLayout
@@ -65,7 +66,6 @@ class WorkerGroup:
         start_timeout_s: float,
         call_timeout_s: float,
         monitor: Any | None = None,
-        heartbeats: Any | None = None,
         liveness_timeout_s: float = 0.0,
     ) -> None:
         self.pool = pool
@@ -73,8 +73,8 @@ class WorkerGroup:
         self.name = "+".join(self.roles)
         self.call_timeout_s = call_timeout_s
         self.monitor = monitor  # a RunMonitor: timeline, stragglers, resources (optional)
-        self.heartbeats = heartbeats if liveness_timeout_s > 0 else None  # a liveness.HeartbeatBoard actor
-        self.liveness_timeout_s = liveness_timeout_s if self.heartbeats is not None else 0.0
+        self.liveness_timeout_s = max(0.0, liveness_timeout_s)  # 0: no liveness questions, whole-call timeouts
+        self.liveness: Liveness | None = None
         self.failed = False  # a rank died or stopped answering: shutdown does not wait on it
         self.actors: list[Any] = []
         self._layouts: dict[tuple[str, str], list[DataLayout]] = {}
@@ -114,9 +114,8 @@ class WorkerGroup:
                         num_threads=max(1, int(bundle.get("CPU", 1))),
                     )
                 )
-            if self.heartbeats is not None:
-                for rank, actor in enumerate(self.actors):
-                    actor.start_heartbeat.remote(self.heartbeats, self.name, rank, self.liveness_timeout_s / 6)
+            if self.liveness_timeout_s > 0:
+                self.liveness = Liveness(self.actors, self.liveness_timeout_s)
             master_addr, master_port = self._wait([self.actors[0].host_store.remote()], "host_store", start_timeout_s)[
                 0
             ]
@@ -145,17 +144,18 @@ class WorkerGroup:
         """Gather results in rank order; fail on the first rank that raises, dies or stops answering, or on
         the timeout.
 
-        With heartbeats a call has no whole-call deadline unless ``timeout_s`` is given (start-up): a 70B
-        generate may take longer than any fixed bound, while a stopped rank is named by its silence and a
+        With liveness questions a call has no whole-call deadline unless ``timeout_s`` is given (start-up): a
+        70B generate may take longer than any fixed bound, while a stopped rank is named by its silence and a
         collective that never completes fails on the workers after the process group's timeout
         (``call_timeout_s``).
         """
-        unbounded = timeout_s is None and self.heartbeats is not None
+        unbounded = timeout_s is None and self.liveness is not None
         timeout_s = self.call_timeout_s if timeout_s is None else timeout_s
         started = time.monotonic()
         deadline = math.inf if unbounded else started + timeout_s
         index = {ref: rank for rank, ref in enumerate(refs)}
         pending = list(refs)
+        self._check_liveness(method)
         while pending:
             wait_s = min(max(0.0, deadline - time.monotonic()), self.liveness_timeout_s / 3 or math.inf)
             ready, pending = ray.wait(pending, num_returns=1, timeout=None if wait_s == math.inf else wait_s)
@@ -163,8 +163,7 @@ class WorkerGroup:
                 if time.monotonic() >= deadline:
                     self.failed = True
                     raise WorkerCallTimeout(self.name, sorted(index[r] for r in pending), method, timeout_s)
-                if self.heartbeats is not None and time.monotonic() - started > self.liveness_timeout_s:
-                    self._check_liveness(method)
+                self._check_liveness(method)
                 continue
             try:
                 ray.get(ready[0], timeout=0)
@@ -183,16 +182,11 @@ class WorkerGroup:
         return ray.get(refs)
 
     def _check_liveness(self, method: str) -> None:
-        """Raise WorkerStuckError naming the ranks whose heartbeats stopped (a slow board is not a failure)."""
-        assert self.heartbeats is not None
-        try:
-            silent = ray.get(
-                self.heartbeats.silent.remote(self.name, list(range(self.world_size)), self.liveness_timeout_s),
-                timeout=self.liveness_timeout_s,
-            )
-        except GetTimeoutError:
-            logger.warning("The heartbeat board did not answer within %.0f s", self.liveness_timeout_s)
+        """Ask the ranks that are due whether they run; raise WorkerStuckError naming those that stopped
+        answering."""
+        if self.liveness is None:
             return
+        silent = self.liveness.silent()
         if silent:
             self.failed = True
             raise WorkerStuckError(self.name, sorted(silent), method, max(silent.values()))
@@ -357,5 +351,4 @@ class WorkerGroup:
         if self.placement_group is not None:
             remove_placement_group(self.placement_group)
             self.placement_group = None
-        if self.heartbeats is not None:
-            self.heartbeats.forget.remote(self.name)
+        self.liveness = None

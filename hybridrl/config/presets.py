@@ -32,10 +32,15 @@ TINY_RUN: dict[str, Any] = {
             "ppo_epochs": 3,
             "ppo_mini_batch_size": 8,
             "ppo_micro_batch_size_per_gpu": 32,
+            "fsdp": {"sharding_strategy": "NO_SHARD"},
         },
         "rollout": {"n": 8},
     },
-    "critic": {"optim": _TINY_OPTIM, "ppo_micro_batch_size_per_gpu": 32},  # ppo_epochs follows the actor's
+    "critic": {
+        "optim": _TINY_OPTIM,
+        "ppo_micro_batch_size_per_gpu": 32,
+        "fsdp": {"sharding_strategy": "NO_SHARD"},
+    },  # ppo_epochs follows the actor's
     "algorithm": {"adv_estimator": "grpo", "lam": 0.95, "use_kl_in_reward": True},
     "trainer": {"val_before_train": False},
 }

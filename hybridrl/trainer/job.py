@@ -20,7 +20,6 @@ from hybridrl.algorithms.roles import ROLLOUT, active_roles, engine_section
 from hybridrl.checkpoint.manager import CheckpointManager, read_state, resolve_resume
 from hybridrl.cluster import ray_cluster
 from hybridrl.cluster.errors import system_failure
-from hybridrl.cluster.liveness import start_board
 from hybridrl.cluster.pools import ResourcePoolManager
 from hybridrl.cluster.role_clients import RoleClients, make_clients
 from hybridrl.cluster.worker_group import WorkerGroup
@@ -179,7 +178,6 @@ def build_groups(
     model_path: str,
     tokenizer_path: str,
     monitor: RunMonitor | None = None,
-    heartbeats: Any | None = None,
 ) -> list[WorkerGroup]:
     """One WorkerGroup per used pool, hosting every role mapped to it (colocated roles)."""
     logger.info(
@@ -198,7 +196,6 @@ def build_groups(
                 ray_cfg.start_timeout_s,
                 ray_cfg.call_timeout_s,
                 monitor,
-                heartbeats,
                 ray_cfg.liveness_timeout_s,
             )
             groups.append(group)
@@ -320,7 +317,6 @@ class RunParts:
     pools: ResourcePoolManager
     monitor: RunMonitor
     checkpoints: CheckpointManager
-    heartbeats: Any | None
 
 
 def _run(cfg: Config, output_dir: Path, started: float) -> dict[str, Any]:
@@ -353,7 +349,6 @@ def _run(cfg: Config, output_dir: Path, started: float) -> dict[str, Any]:
             continue_trace=resume_from is not None,  # a resumed run's timeline goes on in the same file
         )
         cleanup.callback(monitor.close)
-        heartbeats = start_board() if cfg.trainer.ray.liveness_timeout_s > 0 else None
         parts = RunParts(
             cfg,
             record,
@@ -366,7 +361,6 @@ def _run(cfg: Config, output_dir: Path, started: float) -> dict[str, Any]:
             pools.for_cluster(cluster.gpus, cluster.resources.get("CPU", 1.0)),
             monitor,
             checkpoints,
-            heartbeats,
         )
         restarts = 0
         while True:
@@ -399,7 +393,7 @@ def _train_leg(parts: RunParts, resume_from: Path | None, restarts: int) -> tupl
     are shut down however it ends. A recovered run runs this again from its last checkpoint."""
     cfg, output_dir = parts.cfg, parts.output_dir
     with contextlib.ExitStack() as cleanup:
-        groups = build_groups(cfg, parts.pools, parts.model_path, parts.tokenizer_path, parts.monitor, parts.heartbeats)
+        groups = build_groups(cfg, parts.pools, parts.model_path, parts.tokenizer_path, parts.monitor)
         for group in groups:
             cleanup.callback(group.shutdown)
         roles: RoleClients = make_clients(groups)

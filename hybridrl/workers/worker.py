@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -32,7 +31,6 @@ from hybridrl.protocol import Batch
 from hybridrl.workers.actor_rollout import ActorRolloutRole
 from hybridrl.workers.context import EngineRole, Role
 from hybridrl.workers.critic import CriticRole
-from hybridrl.workers.heartbeat import start_heartbeat
 from hybridrl.workers.host_memory import return_freed_memory, trim_freed_memory
 from hybridrl.workers.ref import RefRole
 from hybridrl.workers.reward_model import RewardModelRole
@@ -74,7 +72,6 @@ class Worker:
         self.roles: dict[str, Role] = {}
         self.recorder = SpanRecorder()
         self.device: torch.device | None = None
-        self._heartbeat: threading.Event | None = None
         torch.set_num_threads(max(1, num_threads))
         return_freed_memory()
         quiet_libraries()
@@ -92,9 +89,10 @@ class Worker:
         info["node_id"] = ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
         return info
 
-    def start_heartbeat(self, board: Any, group: str, rank: int, interval_s: float) -> None:
-        """Beat into the run's heartbeat board until teardown (``cluster.liveness``)."""
-        self._heartbeat = start_heartbeat(board, group, rank, interval_s)
+    @ray.method(concurrency_group=CONTROL)
+    def alive(self) -> None:
+        """The driver's liveness question (``cluster.liveness``): answered beside the current call, so only a
+        stopped or wedged process leaves it unanswered."""
 
     @ray.method(concurrency_group=CONTROL)
     def interrupt_generation(self, call: int) -> None:
@@ -241,7 +239,5 @@ class Worker:
             )
 
     def teardown(self) -> None:
-        if self._heartbeat is not None:
-            self._heartbeat.set()
         self.roles.clear()
         hdist.destroy_process_group()

@@ -160,11 +160,12 @@ def tiny_and_reference(tmp_path_factory):
     return model_path, single
 
 
+# Tensor parallelism alone (tp2) and with sequence parallel (tp2-sp) are inside dp2-tp2 and tp2-pp2-sp, which
+# must match the single process exactly too: each of those was ~20 CPU-seconds of a 2-core CI run (DTensor's
+# per-operator dispatch) for no path the combined layouts leave out. tp2-sp alone still runs in bf16 below.
 @pytest.mark.parametrize(
     "world,layout",
     [
-        pytest.param(2, megatron(tp=2), id="tp2"),
-        pytest.param(2, megatron(tp=2, sp=True), id="tp2-sp"),
         pytest.param(2, megatron(pp=2), id="pp2-1f1b"),
         pytest.param(2, megatron(pp=2, schedule="GPipe"), id="pp2-gpipe"),
         pytest.param(4, megatron(tp=2, pp=2, sp=True), id="tp2-pp2-sp"),

@@ -60,8 +60,13 @@ def phase(plan, name, pool=0):
     return next(p for p in plan.groups[pool].phases if p.name == name)
 
 
+# SHAPE stands for a real model, which FSDP shards (the schema's default); with model.path null the tiny run's
+# preset would replicate it instead (NO_SHARD).
+SHARDED = ["actor_rollout_ref.actor.fsdp.sharding_strategy=FULL_SHARD", "critic.fsdp.sharding_strategy=FULL_SHARD"]
+
+
 def plan(*overrides, device=H100):
-    return plan_memory(load_config(["algorithm.adv_estimator=grpo", *overrides]), SHAPE, device)
+    return plan_memory(load_config(["algorithm.adv_estimator=grpo", *SHARDED, *overrides]), SHAPE, device)
 
 
 def test_full_sharding_divides_the_trained_state_by_the_workers():

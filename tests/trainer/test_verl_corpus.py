@@ -5,9 +5,10 @@ each ends. Each script runs once as written, except:
 
 - vLLM lines run with actor_rollout_ref.rollout.name=hf where vLLM is not installed (the main suite), and as
   written in .venv-vllm only where corpus.yaml marks them ``vllm_ci`` (a 1-step vLLM run costs 12-20 s on
-  2 CPU cores: three representative lines, PPO with a critic and dynamic batch sizes, GRPO, DAPO, keep the
+  2 CPU cores: two representative lines, PPO with a critic and dynamic batch sizes, and DAPO, keep the
   suite within its time; PPO with a critic on vLLM also runs as verl's quickstart types it,
-  tests/trainer/test_verl_quickstart.py);
+  tests/trainer/test_verl_quickstart.py, and GRPO with vLLM, a KL loss included, is
+  tests/trainer/test_vllm_e2e.py's);
 - SGLang and TensorRT-LLM lines (``also_hf``) must end in their one line as written, and run with hf too."""
 
 from __future__ import annotations

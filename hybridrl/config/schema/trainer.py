@@ -47,7 +47,7 @@ class RayConfig:
     )
     liveness_timeout_s: float = doc(
         60.0,
-        "a rank whose heartbeat stops this long while a call waits on it is named as stuck (a stopped or "
+        "a rank that leaves the driver's liveness question unanswered this long while a call waits on it is named as stuck (a stopped or "
         "wedged process); 0 = off, only call_timeout_s",
     )
 
