@@ -305,6 +305,7 @@ class TrainEngine:
         """Clip and apply the accumulated gradients; a non-finite gradient skips the step."""
         assert self.optimizer is not None, "this engine has no optimizer (a frozen model)"
         params = [p for p in self.model.parameters() if p.grad is not None]
+        self.reduce_gradients(params)
         if self.loss_scaler is not None:
             self.loss_scaler.unscale_(params)
         grad_norm = self.clip_gradients(params, grad_clip)
@@ -320,6 +321,10 @@ class TrainEngine:
             self.loss_scaler.update(overflow)
         self.zero_grad()
         return grad_norm
+
+    def reduce_gradients(self, params: list[nn.Parameter]) -> None:
+        """Combine the replicas' gradients before clipping, where the parallel layout does not do it in
+        backward itself (FSDP2 and the Megatron-style engine do)."""
 
     def weights_changed(self) -> None:
         """The weights are new (a step, a load): the next hand-over to generation sends them."""

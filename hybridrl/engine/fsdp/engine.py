@@ -65,7 +65,17 @@ class FSDPEngine(TrainEngine):
                     f"Ulysses sequence parallelism found {layers} attention layers in {type(model).__name__} "
                     f"(config: {expected}); it needs Hugging Face attention modules (head_dim, layer_idx)."
                 )
-        if fsdp.sharding_strategy in (ShardingStrategy.NO_SHARD, ShardingStrategy.HYBRID_SHARD):
+        needs_fsdp2 = fsdp.mixed_precision or fsdp.cpu_offload
+        # NO_SHARD without FSDP2's policies is data parallelism (DDP): every rank holds the whole model as a
+        # plain module and the gradients are averaged in one all-reduce before each optimizer step
+        # (``reduce_gradients``). FSDP2 on a (replicas x 1) mesh computes the same but turns every parameter
+        # into a DTensor and runs its hooks, with a collective per layer, around every forward and backward.
+        self._replicas = (
+            mesh.get_group() if fsdp.sharding_strategy == ShardingStrategy.NO_SHARD and not needs_fsdp2 else None
+        )
+        if fsdp.sharding_strategy == ShardingStrategy.HYBRID_SHARD or (
+            fsdp.sharding_strategy == ShardingStrategy.NO_SHARD and needs_fsdp2
+        ):
             group = fsdp.shard_group_size or ranks_per_node or mesh.size()
             mesh = fsdp_mesh(device.type, mesh.size(), fsdp.sharding_strategy, group)
         if weights is None:
@@ -73,7 +83,7 @@ class FSDPEngine(TrainEngine):
         # One rank has nothing to shard: FSDP2 would still turn every parameter into a DTensor and run its
         # hooks around every forward and backward (~0.25 s of a 0.9 s W1 step, bench/w1.py), so a plain
         # module does the same computation. Its mixed-precision and CPU-offload policies still need FSDP2.
-        if mesh.size() > 1 or fsdp.mixed_precision or fsdp.cpu_offload:
+        if (mesh.size() > 1 and self._replicas is None) or needs_fsdp2:
             model = apply_fsdp(
                 model,
                 mesh,
@@ -97,12 +107,25 @@ class FSDPEngine(TrainEngine):
             share_prompts=share_prompts,
         )
 
+    def reduce_gradients(self, params: list[nn.Parameter]) -> None:
+        """Replicated (NO_SHARD as data parallelism): average the gradients over the group in one all-reduce
+        of one flat buffer, as DDP's bucket would (a tiny model is one bucket; a real model replicated on
+        every rank is small too, or it would be sharded)."""
+        if self._replicas is None or dist.get_world_size(self._replicas) == 1 or not params:
+            return
+        grads = [p.grad for p in params if p.grad is not None]
+        flat = torch._utils._flatten_dense_tensors(grads)
+        dist.all_reduce(flat, group=self._replicas)
+        flat /= dist.get_world_size(self._replicas)
+        for grad, reduced in zip(grads, torch._utils._unflatten_dense_tensors(flat, grads), strict=True):
+            grad.copy_(reduced)
+
     def iter_weight_shards(self, dtype: torch.dtype | None = None) -> Iterator[WeightShard] | None:
         """Each weight's dim-0 shard this rank holds under FSDP2 on one mesh dimension (FULL_SHARD,
         SHARD_GRAD_OP): ``torch.chunk``'s split, rank r rows [r * c, (r + 1) * c) of c = ceil(rows / W). None
         for layouts that replicate (NO_SHARD, HYBRID_SHARD: every replica would send) and for LoRA (the
         hand-over sends merged weights, which need the whole base tensor)."""
-        if lora.scalings(self.model):
+        if lora.scalings(self.model) or (self._replicas is not None and dist.get_world_size(self._replicas) > 1):
             return None
         state = self.model.state_dict(keep_vars=True)
         aliases = tied_aliases(state)
