@@ -14,6 +14,8 @@ import ray
 os.environ.setdefault("HYBRIDRL_RANKS_TIMEOUT_S", "300")
 from ray.cluster_utils import Cluster
 
+from hybridrl.cluster.ray_cluster import NO_IDLE_PRESTART
+
 
 class _SharedCluster:
     """One local Ray cluster that the runs of a test session join by address.
@@ -37,6 +39,7 @@ class _SharedCluster:
                     "num_cpus": os.cpu_count() or 1,
                     "object_store_memory": 100 * 2**20,
                     "include_dashboard": False,
+                    "_system_config": NO_IDLE_PRESTART,  # as a run's own local cluster
                 },
             )
         return self.cluster.address

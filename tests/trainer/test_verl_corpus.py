@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from hybridrl.cluster.ray_cluster import NO_IDLE_PRESTART
 from hybridrl.trainer.main_ppo import main
 from tests.verl_corpus.harness import (
     SCRIPTS,
@@ -132,7 +133,10 @@ def assets(tmp_path_factory) -> dict[str, Path]:
 def cluster():
     from ray.cluster_utils import Cluster
 
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 4, "object_store_memory": 100 * 2**20})
+    c = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 4, "object_store_memory": 100 * 2**20, "_system_config": NO_IDLE_PRESTART},
+    )
     yield c
     c.shutdown()
 

@@ -27,6 +27,25 @@ if TYPE_CHECKING:
     from hybridrl.protocol import Batch
 
 
+#: DDP's default gradient bucket (``bucket_cap_mb=25``).
+_BUCKET_BYTES = 25 * 2**20
+
+
+def _buckets(grads: list[torch.Tensor]) -> Iterator[list[torch.Tensor]]:
+    """Consecutive gradients of one dtype, up to ``_BUCKET_BYTES`` a bucket (a larger one alone)."""
+    bucket: list[torch.Tensor] = []
+    size = 0
+    for grad in grads:
+        nbytes = grad.numel() * grad.element_size()
+        if bucket and (grad.dtype != bucket[0].dtype or size + nbytes > _BUCKET_BYTES):
+            yield bucket
+            bucket, size = [], 0
+        bucket.append(grad)
+        size += nbytes
+    if bucket:
+        yield bucket
+
+
 class FSDPEngine(TrainEngine):
     def __init__(
         self,
@@ -108,17 +127,22 @@ class FSDPEngine(TrainEngine):
         )
 
     def reduce_gradients(self, params: list[nn.Parameter]) -> None:
-        """Replicated (NO_SHARD as data parallelism): average the gradients over the group in one all-reduce
-        of one flat buffer, as DDP's bucket would (a tiny model is one bucket; a real model replicated on
-        every rank is small too, or it would be sharded)."""
-        if self._replicas is None or dist.get_world_size(self._replicas) == 1 or not params:
+        """Replicated (NO_SHARD as data parallelism): average the gradients over the group, one all-reduce per
+        bucket of DDP's default size, so the reduction holds one bucket beyond the gradients, not a copy of
+        them all (the tiny model is one bucket)."""
+        if self._replicas is None or dist.get_world_size(self._replicas) == 1:
             return
-        grads = [p.grad for p in params if p.grad is not None]
-        flat = torch._utils._flatten_dense_tensors(grads)
-        dist.all_reduce(flat, group=self._replicas)
-        flat /= dist.get_world_size(self._replicas)
-        for grad, reduced in zip(grads, torch._utils._unflatten_dense_tensors(flat, grads), strict=True):
-            grad.copy_(reduced)
+        world = dist.get_world_size(self._replicas)
+        for bucket in _buckets([p.grad for p in params if p.grad is not None]):
+            if len(bucket) == 1:  # a gradient of a bucket's size or more: reduced in place
+                dist.all_reduce(bucket[0], group=self._replicas)
+                bucket[0] /= world
+                continue
+            flat = torch._utils._flatten_dense_tensors(bucket)
+            dist.all_reduce(flat, group=self._replicas)
+            flat /= world
+            for grad, reduced in zip(bucket, torch._utils._unflatten_dense_tensors(flat, bucket), strict=True):
+                grad.copy_(reduced)
 
     def iter_weight_shards(self, dtype: torch.dtype | None = None) -> Iterator[WeightShard] | None:
         """Each weight's dim-0 shard this rank holds under FSDP2 on one mesh dimension (FULL_SHARD,
