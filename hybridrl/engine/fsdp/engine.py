@@ -86,7 +86,7 @@ class FSDPEngine(TrainEngine):
                 )
         needs_fsdp2 = fsdp.mixed_precision or fsdp.cpu_offload
         # NO_SHARD without FSDP2's policies is data parallelism (DDP): every rank holds the whole model as a
-        # plain module and the gradients are averaged in one all-reduce before each optimizer step
+        # plain module and the gradients are averaged, bucket by bucket, before each optimizer step
         # (``reduce_gradients``). FSDP2 on a (replicas x 1) mesh computes the same but turns every parameter
         # into a DTensor and runs its hooks, with a collective per layer, around every forward and backward.
         self._replicas = (

@@ -4,8 +4,8 @@ The FSDP1 sharding strategies map onto FSDP2 as:
 - FULL_SHARD: 1-D mesh over all ranks, parameters resharded after forward;
 - SHARD_GRAD_OP: 1-D mesh, parameters kept gathered between forward and backward;
 - NO_SHARD: data parallelism. The engine keeps a plain module on every rank and averages the gradients in
-  one all-reduce a step (``FSDPEngine.reduce_gradients``); only where FSDP2's mixed-precision or CPU-offload
-  policy is asked for is it FSDP2 on a 2-D mesh (replicate=world, shard=1);
+  all-reduces of 25 MB buckets before each step (``FSDPEngine.reduce_gradients``); only where FSDP2's
+  mixed-precision or CPU-offload policy is asked for is it FSDP2 on a 2-D mesh (replicate=world, shard=1);
 - HYBRID_SHARD: 2-D mesh (replicate=world/g, shard=g): sharded inside groups of g ranks (default: the
   ranks of one node), replicated across groups, gradients averaged across replicas by FSDP2 itself
   (FSDP1's HYBRID_SHARD on a size-1 shard dimension silently stopped averaging; FSDP2 does not).
