@@ -24,8 +24,9 @@ class WorkerCallTimeout(TimeoutError):
 
 
 class WorkerStuckError(TimeoutError):
-    """A rank's process stopped answering the driver's liveness questions while a call waited on it (stopped, swapping, hung in
-    native code holding the interpreter): named as soon as it is seen, not when the whole call times out."""
+    """A rank's process stopped answering the driver's liveness questions while a call waited on it (stopped,
+    swapping, hung in native code holding the interpreter): named as soon as it is seen, not when the whole
+    call times out."""
 
     def __init__(self, role: str, ranks: list[int], method: str, silent_s: float) -> None:
         super().__init__(

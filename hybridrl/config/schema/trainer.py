@@ -47,8 +47,8 @@ class RayConfig:
     )
     liveness_timeout_s: float = doc(
         60.0,
-        "a rank that leaves the driver's liveness question unanswered this long while a call waits on it is named as stuck (a stopped or "
-        "wedged process); 0 = off, only call_timeout_s",
+        "a rank that leaves the driver's liveness question unanswered this long while a call waits on it is "
+        "named as stuck (a stopped or wedged process); 0 = off, only call_timeout_s",
     )
 
     def problems(self, at: str) -> list[str]:
