@@ -42,6 +42,7 @@ def cluster():
             "num_cpus": 1,
             "resources": {"head": 1},
             "object_store_memory": 100 * 2**20,
+            "include_dashboard": False,
             "_system_config": NO_IDLE_PRESTART,
         },
     )

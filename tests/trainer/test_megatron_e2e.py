@@ -18,6 +18,7 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow]
 COMMON = [
     "trainer.progress_bar=false",
     "trainer.ray.object_store_memory=100000000",
+    "trainer.ray.include_dashboard=false",
     "trainer.test_freq=-1",
     *GAE_RUN,  # a critic, on the Megatron-style engine
 ]

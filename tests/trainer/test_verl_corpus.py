@@ -9,10 +9,13 @@ each ends. Each script runs once as written, except:
   suite within its time; PPO with a critic on vLLM also runs as verl's quickstart types it,
   tests/trainer/test_verl_quickstart.py, and GRPO with vLLM, a KL loss included, is
   tests/trainer/test_vllm_e2e.py's);
-- SGLang and TensorRT-LLM lines (``also_hf``) must end in their one line as written, and run with hf too."""
+- SGLang and TensorRT-LLM lines (``also_hf``) must end in their one line as written, and run with hf too;
+- a script whose hf run the table makes another script's (``same_run_as``: their sizes and paths were all that
+  differed) has its checked config compared with that one's instead of running it again."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import logging
 from pathlib import Path
@@ -21,7 +24,8 @@ from typing import Any
 import pytest
 
 from hybridrl.cluster.ray_cluster import NO_IDLE_PRESTART
-from hybridrl.trainer.main_ppo import main
+from hybridrl.preflight.checks import load_and_check
+from hybridrl.trainer.main_ppo import main, split_options
 from tests.verl_corpus.harness import (
     SCRIPTS,
     load_corpus,
@@ -135,29 +139,60 @@ def cluster():
 
     c = Cluster(
         initialize_head=True,
-        head_node_args={"num_cpus": 4, "object_store_memory": 100 * 2**20, "_system_config": NO_IDLE_PRESTART},
+        head_node_args={
+            "num_cpus": 4,
+            "object_store_memory": 100 * 2**20,
+            "include_dashboard": False,  # its processes: ~2 CPU-s to start, ~2% of a core while idle
+            "_system_config": NO_IDLE_PRESTART,
+        },
     )
     yield c
     c.shutdown()
 
 
+def _argv(entry: dict[str, Any], hf: bool, home: Path, values: dict[str, str]) -> list[str]:
+    """The script's command line as the run gets it: expanded by bash, then the table applied."""
+    place_verl_files(entry, home)
+    raw = verl_argv(SCRIPTS / entry["script"], home, env=TABLE["env"])
+    argv = substitute(raw, _hf_table() if hf else TABLE, values)
+    if hf and not any((split_override(a) or ("", "", ""))[1] == ROLLOUT_NAME for a in argv):
+        argv.append(f"{ROLLOUT_NAME}=hf")
+    return argv
+
+
+def _hf_run_config(argv: list[str]) -> dict[str, Any]:
+    """What an hf run on CPU does with ``argv``: its checked config, less the names it files its outputs under
+    and the engine memory share only vLLM and SGLang read."""
+    yaml_path, overrides = split_options(argv)
+    config = dataclasses.asdict(load_and_check(overrides, yaml_path=yaml_path))
+    for name in ("project_name", "experiment_name"):
+        config["trainer"].pop(name)
+    config["actor_rollout_ref"]["rollout"].pop("gpu_memory_utilization")
+    return config
+
+
 @pytest.mark.parametrize(("entry", "hf"), _cases())
 def test_verl_script_runs_one_step(entry, hf, assets, cluster, tmp_path, caplog, monkeypatch):
     out = tmp_path / "run"
-    place_verl_files(entry, tmp_path / "home")
-    raw = verl_argv(SCRIPTS / entry["script"], tmp_path / "home", env=TABLE["env"])
     if "data" in entry:
         train, test = assets[entry["data"]]
         assets = {**assets, "train_files": train, "val_files": test}
-    argv = substitute(raw, _hf_table() if hf else TABLE, _values(tmp_path, out, assets, cluster.address))
-    if hf and not any((split_override(a) or ("", "", ""))[1] == ROLLOUT_NAME for a in argv):
-        argv.append(f"{ROLLOUT_NAME}=hf")
+    values = _values(tmp_path, out, assets, cluster.address)
+    argv = _argv(entry, hf, tmp_path / "home", values)
+    expect = entry.get("hf_expect", entry["expect"]) if hf else entry["expect"]
+    if hf and "same_run_as" in entry:
+        # The table leaves this script the same run as another's (its sizes and paths were all that differed):
+        # that script's case runs it; a translation that tells them apart fails here.
+        twin = next(e for e in CORPUS if e["script"] == entry["same_run_as"])
+        assert expect == "runs" == twin.get("hf_expect", twin["expect"])
+        assert _hf_run_config(argv) == _hf_run_config(_argv(twin, hf, tmp_path / "twin_home", values))
+        return
+
     caplog.clear()
     with caplog.at_level(logging.ERROR, logger="hybridrl"):
         code = main(argv)
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR and r.name.startswith("hybridrl")]
 
-    expect = entry.get("hf_expect", entry["expect"]) if hf else entry["expect"]
     if expect == "runs":
         assert code == 0, errors
         step = out / "checkpoints" / "global_step_1"  # trainer.default_local_dir, in verl's layout
