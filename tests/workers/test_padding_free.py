@@ -19,7 +19,7 @@ VALUES = ("critic.model.value_head_init_std=0.1",)  # non-zero values from the s
 FUSED = ("actor_rollout_ref.model.use_fused_kernels=true",)
 PACKED = ("actor_rollout_ref.model.use_remove_padding=true", "critic.model.use_remove_padding=true")
 # Budgets over the default data lengths (16 + 6 tokens); the test batch's rows hold 6-9 tokens, so
-# micro-batches hold 2-3 rows (against 2 and 4 rows in the fixed path) and differ in size.
+# micro-batches hold 2-3 rows (against 4 rows in the fixed path) and differ in size.
 DYNAMIC = (
     "actor_rollout_ref.actor.use_dynamic_bsz=true",
     "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=22",
