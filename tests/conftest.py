@@ -14,7 +14,7 @@ import ray
 os.environ.setdefault("HYBRIDRL_RANKS_TIMEOUT_S", "300")
 from ray.cluster_utils import Cluster
 
-from hybridrl.cluster.ray_cluster import NO_IDLE_PRESTART
+from tests.ray_clusters import head_node_args
 
 
 class _SharedCluster:
@@ -35,12 +35,7 @@ class _SharedCluster:
         if self.cluster is None:
             self.cluster = Cluster(
                 initialize_head=True,
-                head_node_args={
-                    "num_cpus": os.cpu_count() or 1,
-                    "object_store_memory": 100 * 2**20,
-                    "include_dashboard": False,
-                    "_system_config": NO_IDLE_PRESTART,  # as a run's own local cluster
-                },
+                head_node_args=head_node_args(os.cpu_count() or 1),
             )
         return self.cluster.address
 

@@ -33,18 +33,12 @@ SMALL = [
 def cluster():
     from ray.cluster_utils import Cluster
 
-    from hybridrl.cluster.ray_cluster import NO_IDLE_PRESTART
+    from tests.ray_clusters import head_node_args
 
     # A head and two worker nodes, each its own raylet, each advertising different custom resources.
     c = Cluster(
         initialize_head=True,
-        head_node_args={
-            "num_cpus": 1,
-            "resources": {"head": 1},
-            "object_store_memory": 100 * 2**20,
-            "include_dashboard": False,
-            "_system_config": NO_IDLE_PRESTART,
-        },
+        head_node_args=head_node_args(1, resources={"head": 1}),
     )
     actor_node = c.add_node(num_cpus=2, resources={"worker": 1, "actor_group": 2}, object_store_memory=100 * 2**20)
     critic_node = c.add_node(num_cpus=1, resources={"worker": 1, "critic_group": 1}, object_store_memory=100 * 2**20)

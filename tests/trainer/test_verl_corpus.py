@@ -23,9 +23,9 @@ from typing import Any
 
 import pytest
 
-from hybridrl.cluster.ray_cluster import NO_IDLE_PRESTART
 from hybridrl.preflight.checks import load_and_check
 from hybridrl.trainer.main_ppo import main, split_options
+from tests.ray_clusters import head_node_args
 from tests.verl_corpus.harness import (
     SCRIPTS,
     load_corpus,
@@ -139,12 +139,7 @@ def cluster():
 
     c = Cluster(
         initialize_head=True,
-        head_node_args={
-            "num_cpus": 4,
-            "object_store_memory": 100 * 2**20,
-            "include_dashboard": False,  # its processes: ~2 CPU-s to start, ~2% of a core while idle
-            "_system_config": NO_IDLE_PRESTART,
-        },
+        head_node_args=head_node_args(4),
     )
     yield c
     c.shutdown()

@@ -89,9 +89,9 @@ class FSDPEngine(TrainEngine):
         # plain module and the gradients are averaged, bucket by bucket, before each optimizer step
         # (``reduce_gradients``). FSDP2 on a (replicas x 1) mesh computes the same but turns every parameter
         # into a DTensor and runs its hooks, with a collective per layer, around every forward and backward.
-        self._replicas = (
-            mesh.get_group() if fsdp.sharding_strategy == ShardingStrategy.NO_SHARD and not needs_fsdp2 else None
-        )
+        # None: no replicas to average over (another layout, or one rank).
+        replicated = fsdp.sharding_strategy == ShardingStrategy.NO_SHARD and not needs_fsdp2 and mesh.size() > 1
+        self._replicas = mesh.get_group() if replicated else None
         if fsdp.sharding_strategy == ShardingStrategy.HYBRID_SHARD or (
             fsdp.sharding_strategy == ShardingStrategy.NO_SHARD and needs_fsdp2
         ):
@@ -130,7 +130,7 @@ class FSDPEngine(TrainEngine):
         """Replicated (NO_SHARD as data parallelism): average the gradients over the group, one all-reduce per
         bucket of DDP's default size, so the reduction holds one bucket beyond the gradients, not a copy of
         them all (the tiny model is one bucket)."""
-        if self._replicas is None or dist.get_world_size(self._replicas) == 1:
+        if self._replicas is None:
             return
         world = dist.get_world_size(self._replicas)
         for bucket in _buckets([p.grad for p in params if p.grad is not None]):
@@ -149,7 +149,7 @@ class FSDPEngine(TrainEngine):
         SHARD_GRAD_OP): ``torch.chunk``'s split, rank r rows [r * c, (r + 1) * c) of c = ceil(rows / W). None
         for layouts that replicate (NO_SHARD, HYBRID_SHARD: every replica would send) and for LoRA (the
         hand-over sends merged weights, which need the whole base tensor)."""
-        if lora.scalings(self.model) or (self._replicas is not None and dist.get_world_size(self._replicas) > 1):
+        if lora.scalings(self.model) or self._replicas is not None:
             return None
         state = self.model.state_dict(keep_vars=True)
         aliases = tied_aliases(state)
