@@ -35,8 +35,9 @@ logger = logging.getLogger("handover")
 SPLIT = ["+resource_pool.pools.rollout_pool.GPU=1", "+resource_pool.mapping.rollout=rollout_pool"]
 
 
-def _config(actors: int) -> list[str]:
-    return [f"resource_pool.pools.global_pool.GPU={actors}", *SPLIT]
+def _config(actors: int, model: str) -> list[str]:
+    # The model's path, so that the config is a run of that model, not the built-in tiny run's preset (NO_SHARD)
+    return [f"actor_rollout_ref.model.path={model}", f"resource_pool.pools.global_pool.GPU={actors}", *SPLIT]
 
 
 def send(rank: int, world_size: int, model: str, plans: list[ChannelPlan], repeats: int, out: str) -> None:
@@ -45,7 +46,7 @@ def send(rank: int, world_size: int, model: str, plans: list[ChannelPlan], repea
     from hybridrl.engine.context import WorkerContext
     from hybridrl.workers.actor_rollout import ActorRolloutRole
 
-    cfg = load_config(_config(world_size))
+    cfg = load_config(_config(world_size, model))
     ctx = WorkerContext(rank, world_size, torch.device("cpu"), init_device_mesh("cpu", (world_size,)), model, model)
     actor = ActorRolloutRole.from_config(cfg, ctx)
     for plan in plans:
@@ -67,7 +68,7 @@ def receive(model: str, actors: int, plans: list[ChannelPlan], repeats: int, out
     from hybridrl.workers.rollout import RolloutRole
 
     role = RolloutRole.from_config(
-        load_config(_config(actors)), WorkerContext(0, 1, torch.device("cpu"), None, model, model)
+        load_config(_config(actors, model)), WorkerContext(0, 1, torch.device("cpu"), None, model, model)
     )
     seconds: list[list[float]] = []
     for plan in plans:

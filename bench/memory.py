@@ -95,10 +95,13 @@ class Meter:
         return float(torch.cuda.max_memory_allocated())
 
 
-def run_overrides(world_size: int, algorithm: str, lora_rank: int) -> list[str]:
-    """The run whose phases a rank measures: one micro-batch of all its rows per pass, one epoch."""
+def run_overrides(world_size: int, algorithm: str, lora_rank: int, model_path: str) -> list[str]:
+    """The run whose phases a rank measures: one micro-batch of all its rows per pass, one epoch. The model's
+    path is set for the measurement too: without it the config takes the built-in tiny run's preset (NO_SHARD,
+    the LoRA head), which the plan of a model on disk does not."""
     rows = PROMPTS * SAMPLES
     return [
+        f"actor_rollout_ref.model.path={model_path}",
         f"data.train_batch_size={PROMPTS}",
         f"data.max_prompt_length={PROMPT_LEN}",
         f"data.max_response_length={RESPONSE_LEN}",
@@ -138,7 +141,7 @@ def measure_on_rank(
     from hybridrl.workers.critic import CriticRole
     from hybridrl.workers.ref import RefRole
 
-    cfg = load_config(run_overrides(world_size, algorithm, lora_rank))
+    cfg = load_config(run_overrides(world_size, algorithm, lora_rank, model_path))
     where = torch.device(device, rank) if device == "cuda" else torch.device(device)
     ctx = WorkerContext(rank, world_size, where, init_device_mesh(device, (world_size,)), model_path, model_path)
     meter = Meter(where)
@@ -186,7 +189,7 @@ def planned(
 ) -> dict[str, float]:
     """The memory model's bytes per rank for each phase the rank measured (hybridrl.planning.memory, the model
     ``hybridrl plan`` prints), with the runtime measured on the rank."""
-    cfg = load_config([*run_overrides(world_size, algorithm, lora_rank), f"actor_rollout_ref.model.path={model_path}"])
+    cfg = load_config(run_overrides(world_size, algorithm, lora_rank, model_path))
     plan = plan_memory(cfg, read_shape(model_path), Device(device, float("inf"), runtime), shard_bytes)
     # the bench's name for the actor's update; in the order the phases run
     return {("update" if p.name == "update actor" else p.name): p.bytes for p in plan.groups[0].phases}

@@ -140,6 +140,8 @@ def on_rank(rank: int, world: int, root: str, vocab: int, overrides: list[str], 
     torch.manual_seed(0)
     cfg = load_config(
         [
+            f"actor_rollout_ref.model.path={root}/v{vocab}",  # a run of this model, not the tiny run's preset
+            f"actor_rollout_ref.model.tokenizer_path={root}/tokenizer",
             f"data.train_batch_size={rows}",
             f"actor_rollout_ref.actor.ppo_mini_batch_size={rows}",
             f"critic.ppo_mini_batch_size={rows}",

@@ -66,6 +66,7 @@ def measure(rank: int, world_size: int, model_path: str, tokens: int, out_dir: s
 
     cfg = load_config(
         [
+            f"actor_rollout_ref.model.path={model_path}",  # a run of this model, not the tiny run's preset
             "data.train_batch_size=1",
             "actor_rollout_ref.rollout.n=1",
             "actor_rollout_ref.actor.ppo_mini_batch_size=1",

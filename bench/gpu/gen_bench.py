@@ -89,7 +89,7 @@ def main() -> None:
     from transformers import AutoModelForCausalLM, GenerationConfig, Qwen2Config
 
     from hybridrl.config.schema import RolloutConfig, SamplingConfig
-    from hybridrl.generation.engines.base import EngineSite
+    from hybridrl.generation.engines.base import EngineSite, GenerationRequest
     from hybridrl.generation.engines.factory import build_rollout_engine
 
     device = torch.device(args.device)
@@ -169,12 +169,12 @@ def main() -> None:
         sampling = SamplingConfig(do_sample=True, temperature=1.0, top_k=0, top_p=1.0)
 
         def run_engine(ids: torch.Tensor, mask: torch.Tensor, seed: int, new_tokens: int) -> int:
-            res = engine.generate(ids, mask, max_new_tokens=new_tokens, sampling=sampling, seed=seed)
+            res = engine.generate(GenerationRequest(ids, mask, new_tokens, sampling, seed))
             return int(res["response_mask"].sum())
 
         def run_compiled(ids: torch.Tensor, mask: torch.Tensor, seed: int, new_tokens: int) -> int:
             assert compiled is not None
-            res = compiled.generate(ids, mask, max_new_tokens=new_tokens, sampling=sampling, seed=seed)
+            res = compiled.generate(GenerationRequest(ids, mask, new_tokens, sampling, seed))
             return int(res["response_mask"].sum())
 
         def run_plain(ids: torch.Tensor, mask: torch.Tensor, seed: int, new_tokens: int) -> int:

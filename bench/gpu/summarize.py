@@ -210,6 +210,9 @@ def main() -> None:
         for name, doc in tr.get("path_doc", {}).items():
             if name in tr["paths"]:
                 lines.append(f"- {name}: {doc}")
+        for name, r in tr["paths"].items():
+            if r.get("out_of_memory_first"):
+                lines.append(f"- {name} ran out of GPU memory first ({r['out_of_memory_first']}): figures at half that")
         if tr.get("note"):
             lines.append(f"- note: {tr['note']}")
     else:
