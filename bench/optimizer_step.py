@@ -1,14 +1,14 @@
-"""AdamW's step as the training engine builds it (multi-tensor ``foreach`` kernels where every trained parameter
-has one type) against the per-parameter loop that torch picks by itself on CPU, on 2 gloo ranks:
+"""AdamW's step as the training engine builds it (multi-tensor ``foreach`` kernels, one parameter group per
+tensor type) against the per-parameter loop that torch picks by itself on CPU, on 2 gloo ranks:
 
     .venv/bin/python bench/optimizer_step.py            # ~30 s on 2 CPU cores
 
 For each layout (FSDP FULL_SHARD: every parameter a DTensor; Megatron-style tp=2: sharded DTensors beside
-replicated tensors, where the engine keeps the loop because one foreach call cannot mix them) it builds the
-actor's engine twice from the same weights, gives both the same gradients, times ``optimizer.step()`` and
-checks that the weights after the steps are bitwise equal. The model is the default run's tiny model (27
-parameter tensors), where the step is all dispatch; on a GPU torch already picks foreach for these layouts
-(and failed on the mixed one: engine/base.py ``_foreach_fits``).
+replicated tensors, two groups since one foreach call cannot mix them) it builds the actor's engine twice
+from the same weights, gives both the same gradients, times ``optimizer.step()`` and checks that the weights
+after the steps are bitwise equal. The model is the default run's tiny model (27 parameter tensors), where the
+step is all dispatch; on a GPU torch already picks foreach for one type, and failed on the mixed one in one
+group (engine/base.py ``optimizer_groups``).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from hybridrl.testing.launch import run_ranks
 from hybridrl.trainer.job import prepare_model
 
 LAYOUTS = {
-    "fsdp": [],
+    "fsdp": ["actor_rollout_ref.actor.fsdp.sharding_strategy=FULL_SHARD"],  # the tiny run's preset replicates
     "megatron_tp2": [
         "actor_rollout_ref.actor.strategy=megatron",
         "actor_rollout_ref.actor.parallel_config.megatron.tp_size=2",

@@ -32,7 +32,13 @@ from torch.distributed.checkpoint import HuggingFaceStorageReader, HuggingFaceSt
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 
-from hybridrl.checkpoint.shards import assemble_full, jsonable, load_engine_shard, restore_hyperparameters
+from hybridrl.checkpoint.shards import (
+    assemble_full,
+    groups_mismatch,
+    jsonable,
+    load_engine_shard,
+    restore_hyperparameters,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -120,7 +126,7 @@ def load_engine(model: nn.Module, optimizer: torch.optim.Optimizer, path: Path, 
     model_sd, optim_sd = get_state_dict(model, optimizer, options=_SHARDED)
     tensors = _flatten(model_sd, optim_sd)
     groups = cast(list[dict[str, Any]], optim_sd["param_groups"])
-    _agree(_mismatch(tensors, _saved_shapes(path), len(index["param_groups"]), len(groups), path))
+    _agree(_mismatch(tensors, _saved_shapes(path), index["param_groups"], len(groups), path))
     dcp.load(tensors, storage_reader=HuggingFaceStorageReader(str(path)))
     restore_hyperparameters(groups, index["param_groups"])
     set_state_dict(model, optimizer, model_state_dict=model_sd, optim_state_dict=optim_sd, options=_SHARDED)
@@ -144,7 +150,11 @@ def _saved_shapes(path: Path) -> dict[str, tuple[int, ...]]:
 
 
 def _mismatch(
-    tensors: dict[str, torch.Tensor], saved: dict[str, tuple[int, ...]], saved_groups: int, groups: int, path: Path
+    tensors: dict[str, torch.Tensor],
+    saved: dict[str, tuple[int, ...]],
+    saved_groups: list[dict[str, Any]],
+    groups: int,
+    path: Path,
 ) -> str | None:
     """What makes ``path`` unfit for this rank's model and optimizer, named before DCP would fail (its
     errors come wrapped per rank). Saved tensors this rank does not hold are fine: a pipeline stage loads
@@ -161,12 +171,8 @@ def _mismatch(
                 f"Checkpoint tensor {key} has shape {saved[key]}, this model's {tuple(tensor.shape)}: "
                 f"it was saved from a different model."
             )
-    if saved_groups != groups:
-        return (
-            f"Checkpoint {path} has {saved_groups} optimizer parameter groups, this optimizer {groups}: "
-            f"it was saved with a different optimizer."
-        )
-    return None
+    why = groups_mismatch(saved_groups, groups)
+    return None if why is None else f"Checkpoint {path} does not fit this optimizer: {why}."
 
 
 def _agree(error: str | None) -> None:

@@ -112,9 +112,29 @@ def load_engine_shard(
 KERNEL_CHOICES = frozenset({"foreach", "fused", "capturable", "differentiable"})
 
 
+def settings(group: dict[str, Any]) -> dict[str, Any]:
+    """What a parameter group holds beyond its parameters and the layout's kernel choices (JSON-comparable)."""
+    return {key: jsonable(value) for key, value in group.items() if key != "params" and key not in KERNEL_CHOICES}
+
+
+def groups_mismatch(saved: list[dict[str, Any]], groups: int) -> str | None:
+    """Why ``saved`` param groups cannot restore into ``groups`` of them, or None. A layout may split its
+    parameters into another number of groups (Megatron: one per tensor type, ``engine.base.optimizer_groups``);
+    that restores where every saved group has the same settings, as hybridrl's do."""
+    if len(saved) == groups or (saved and all(settings(g) == settings(saved[0]) for g in saved)):
+        return None
+    return f"it has {len(saved)} optimizer parameter groups with different settings, this optimizer {groups}"
+
+
 def restore_hyperparameters(groups: list[dict[str, Any]], saved: list[dict[str, Any]]) -> None:
     """The saved learning rates, betas, step counts, ... into the loading optimizer's param groups (JSON lists
-    back to tuples where the group holds one); its parameters and kernel choices stay its own."""
+    back to tuples where the group holds one); its parameters and kernel choices stay its own. Saved groups
+    of another count restore where they agree (``groups_mismatch``): their one setting goes to every group."""
+    why = groups_mismatch(saved, len(groups))
+    if why is not None:
+        raise ValueError(f"Checkpoint optimizer state does not fit: {why}; resume with the layout that wrote it.")
+    if len(saved) != len(groups):
+        saved = [saved[0]] * len(groups)
     for group, saved_group in zip(groups, saved):
         for key, value in saved_group.items():
             if key != "params" and key not in KERNEL_CHOICES:

@@ -49,13 +49,17 @@ class WeightShard(NamedTuple):
 LossFn = Callable[[ModelOutput, "Batch"], tuple[torch.Tensor, dict[str, float]]]
 
 
-def _foreach_fits(params: Sequence[torch.Tensor]) -> bool:
-    """AdamW's multi-tensor kernels (one per update stage for all parameters) where they can run: torch picks
-    them by itself only on CUDA, and on CPU loops over the parameters, one dispatch per tensor and stage (the
-    same arithmetic: bitwise the same updates on the default run). One call cannot mix DTensors with plain
-    tensors, as Megatron-style tensor parallelism does (sharded and replicated weights): there it loops, on
-    CUDA too, where torch's own choice would fail at the first step."""
-    return len({type(p) for p in params}) <= 1
+def optimizer_groups(params: Sequence[torch.Tensor]) -> list[dict[str, Any]]:
+    """AdamW's parameter groups, one per tensor type, each run by the multi-tensor kernels (one launch per
+    update stage for the whole group; torch picks them by itself only on CUDA, and on CPU loops over the
+    parameters, one dispatch per tensor and stage: the same arithmetic, bitwise the same updates). One
+    multi-tensor call cannot mix DTensors with plain tensors, as Megatron-style tensor parallelism has
+    (sharded and replicated weights): split by type, each group still runs as one. The groups differ only in
+    their parameters (checkpoints of other layouts restore into them: ``checkpoint.shards``)."""
+    by_type: dict[type, list[torch.Tensor]] = {}
+    for param in params:
+        by_type.setdefault(type(param), []).append(param)
+    return [{"params": group} for group in by_type.values()]
 
 
 class TrainEngine:
@@ -104,12 +108,12 @@ class TrainEngine:
         if optim_cfg is not None:
             trained = [p for p in model.parameters() if p.requires_grad]
             self.optimizer = torch.optim.AdamW(
-                trained,
+                optimizer_groups(trained),
                 lr=optim_cfg.lr,
                 betas=(optim_cfg.betas[0], optim_cfg.betas[1]),
                 weight_decay=optim_cfg.weight_decay,
                 eps=optim_cfg.eps,
-                foreach=_foreach_fits(trained),
+                foreach=True,
             )
         else:
             model.requires_grad_(False)
