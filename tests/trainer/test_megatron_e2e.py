@@ -32,7 +32,10 @@ def test_seed_mixed_layout_learns_on_four_workers(tmp_path):
         COMMON
         + [
             f"trainer.output_dir={out}",
-            "trainer.total_steps=30",
+            "trainer.total_steps=20",
+            # 3x the tiny run's actor learning rate learns within 20 steps: gain 0.174, 0.174, 0.153 on seeds
+            # 1-3 (at 1e-3 it took 30 steps: 0.154 on seed 1; 0.094 at step 20)
+            "actor_rollout_ref.actor.optim.lr=3e-3",
             "trainer.save_hf=false",
             "resource_pool.pools.global_pool.GPU=4",
             "actor_rollout_ref.actor.fsdp.sharding_strategy=HYBRID_SHARD",
@@ -45,9 +48,9 @@ def test_seed_mixed_layout_learns_on_four_workers(tmp_path):
     assert cfg.critic.strategy == "megatron"
     run(cfg)
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert len(rows) == 30 and all("critic/vf_loss" in r and "actor/pg_loss" in r for r in rows)
+    assert len(rows) == 20 and all("critic/vf_loss" in r and "actor/pg_loss" in r for r in rows)
     summary = json.loads((out / "summary.json").read_text())
-    # The default run gains about +0.2 by step 30 (+0.6 by step 150); this layout must learn too.
+    # The mean score of the run's first steps against its last steps' (learning_summary); this layout must learn.
     assert summary["gain"] >= 0.1, summary
 
 
