@@ -388,22 +388,22 @@ def run_path(
 ) -> dict[str, Any]:
     """One path; where it runs out of GPU memory (the plain loop's full logits peaked at 85 GB on the H200, over
     an H100's 80), once more with half the rows per micro-batch and half the token budget, said in its figures."""
-    tried, oom = args, None
-    for attempt in range(2):
-        try:
-            if path == "d":
-                r = run_plain(tried, model_dir, batch, device)
-            else:
-                r = run_project(tried, path, model_dir, batch, device, mesh)
-            return {**r, "out_of_memory_first": oom} if oom else r
-        except torch.OutOfMemoryError as exc:
-            if attempt or tried.micro < 2:
-                raise
-            oom = f"{type(exc).__name__} at {tried.micro} rows / {tried.max_tokens} tokens per micro-batch"
-        reset_peak(device)  # outside the except block: the traceback's frames (and their model) are gone
-        tried = argparse.Namespace(**{**vars(args), "micro": args.micro // 2, "max_tokens": args.max_tokens // 2})
-        log(f"path {path}: {oom}; again with {tried.micro} rows / {tried.max_tokens} tokens")
-    raise AssertionError("unreachable: the second attempt returns or raises")
+
+    def once(tried: argparse.Namespace) -> dict[str, Any]:
+        if path == "d":
+            return run_plain(tried, model_dir, batch, device)
+        return run_project(tried, path, model_dir, batch, device, mesh)
+
+    try:
+        return once(args)
+    except torch.OutOfMemoryError as exc:
+        if args.micro < 2:
+            raise
+        oom = f"{type(exc).__name__} at {args.micro} rows / {args.max_tokens} tokens per micro-batch"
+    reset_peak(device)  # outside the except block: the traceback's frames (and their model) are gone
+    half = argparse.Namespace(**{**vars(args), "micro": args.micro // 2, "max_tokens": args.max_tokens // 2})
+    log(f"path {path}: {oom}; again with {half.micro} rows / {half.max_tokens} tokens")
+    return {**once(half), "out_of_memory_first": oom}
 
 
 CURRENT_PATH = "?"

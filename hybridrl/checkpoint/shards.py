@@ -136,9 +136,8 @@ def restore_hyperparameters(groups: list[dict[str, Any]], saved: list[dict[str, 
     if len(saved) != len(groups):
         saved = [saved[0]] * len(groups)
     for group, saved_group in zip(groups, saved):
-        for key, value in saved_group.items():
-            if key != "params" and key not in KERNEL_CHOICES:
-                group[key] = tuple(value) if isinstance(group.get(key), tuple) else value
+        for key, value in settings(saved_group).items():
+            group[key] = tuple(value) if isinstance(group.get(key), tuple) else value
 
 
 def assemble_full(path: Path, prefix: str = "model/") -> dict[str, torch.Tensor]:
